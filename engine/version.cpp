@@ -1,0 +1,9 @@
+#include "engine/version.hpp"
+
+namespace sagaflow {
+
+std::string_view Version() noexcept {
+    return SAGAFLOW_VERSION;
+}
+
+}  // namespace sagaflow

@@ -1,0 +1,69 @@
+#include "outbox/detail/rdkafka.hpp"
+
+#include <array>
+
+namespace sagaflow::outbox::detail {
+
+ConfPtr MakeConf(const KafkaProperties& properties) {
+    ConfPtr conf{rd_kafka_conf_new()};
+    for (const auto& [key, value] : properties) {
+        SetProperty(conf.get(), key, value);
+    }
+    return conf;
+}
+
+void SetProperty(rd_kafka_conf_t* conf, const std::string& key, const std::string& value) {
+    std::array<char, 512> errstr{};
+    if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr.data(), errstr.size()) != RD_KAFKA_CONF_OK) {
+        // The value is left out on purpose: it may be a SASL password.
+        throw KafkaError("invalid Kafka property '" + key + "': " + errstr.data() +
+                         ". Hint: see librdkafka's CONFIGURATION.md for the key and its allowed values");
+    }
+}
+
+ClientPtr MakeClient(rd_kafka_type_t type, ConfPtr conf) {
+    std::array<char, 512> errstr{};
+    rd_kafka_t* client = rd_kafka_new(type, conf.get(), errstr.data(), errstr.size());
+    if (client == nullptr) {
+        throw KafkaError(std::string("cannot create a Kafka ") + (type == RD_KAFKA_PRODUCER ? "producer" : "consumer") +
+                         ": " + errstr.data() + ". Hint: check the kafka.properties section of the configuration");
+    }
+    static_cast<void>(conf.release());  // owned by `client` from here on
+    return ClientPtr{client};
+}
+
+// The RD_KAFKA_V_* macros cast C-style; keep that inside this one function.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wold-style-cast"
+rd_kafka_resp_err_t Produce(rd_kafka_t* producer,
+                            const std::string& topic,
+                            std::string_view key,
+                            std::string_view value,
+                            rd_kafka_headers_t* headers,
+                            void* opaque) {
+    void* payload = const_cast<char*>(value.data());  // copied (RD_KAFKA_MSG_F_COPY), never written
+    if (headers != nullptr) {
+        return rd_kafka_producev(producer,
+                                 RD_KAFKA_V_TOPIC(topic.c_str()),
+                                 RD_KAFKA_V_KEY(key.data(), key.size()),
+                                 RD_KAFKA_V_VALUE(payload, value.size()),
+                                 RD_KAFKA_V_HEADERS(headers),
+                                 RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                 RD_KAFKA_V_OPAQUE(opaque),
+                                 RD_KAFKA_V_END);
+    }
+    return rd_kafka_producev(producer,
+                             RD_KAFKA_V_TOPIC(topic.c_str()),
+                             RD_KAFKA_V_KEY(key.data(), key.size()),
+                             RD_KAFKA_V_VALUE(payload, value.size()),
+                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                             RD_KAFKA_V_OPAQUE(opaque),
+                             RD_KAFKA_V_END);
+}
+#pragma GCC diagnostic pop
+
+std::string ErrorText(rd_kafka_resp_err_t err) {
+    return rd_kafka_err2str(err);
+}
+
+}  // namespace sagaflow::outbox::detail

@@ -1,0 +1,21 @@
+#pragma once
+// Public Kafka vocabulary of the outbox module. Free of librdkafka types so that embedding services
+// do not inherit <librdkafka/rdkafka.h>.
+
+#include <map>
+#include <stdexcept>
+#include <string>
+
+namespace sagaflow::outbox {
+
+// librdkafka properties as given by the user (`kafka.properties` in the config): passed through
+// verbatim, so TLS and SASL settings need no support of ours.
+using KafkaProperties = std::map<std::string, std::string>;
+
+// A startup or configuration error of a Kafka client: the message names the cause and a hint.
+class KafkaError : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+
+}  // namespace sagaflow::outbox

@@ -1,0 +1,42 @@
+#pragma once
+// Where the tests find their servers: SAGAFLOW_PG_URL / SAGAFLOW_KAFKA_BROKERS when set, else the
+// private servers the CTest fixtures started (their addresses are files under
+// SAGAFLOW_SERVICES_DIR). A test that cannot find its server fails loudly; it never skips.
+
+#include <string>
+#include <string_view>
+
+namespace sagaflow::testing {
+
+// The PostgreSQL URL of the test cluster (its `sagaflow` database).
+std::string PgUrl();
+
+// The bootstrap servers of the test broker.
+std::string KafkaBrokers();
+
+// A name no other test run uses: prefix + '_' + random hex, lowercase, usable as a database or topic.
+std::string UniqueName(std::string_view prefix);
+
+// `url` with its database replaced by `database`.
+std::string WithDatabase(const std::string& url, const std::string& database);
+
+// A database of its own for one test, created from template0 and dropped at the end.
+class ScratchDatabase {
+  public:
+    ScratchDatabase();
+    ~ScratchDatabase();
+    ScratchDatabase(const ScratchDatabase&) = delete;
+    ScratchDatabase& operator=(const ScratchDatabase&) = delete;
+
+    const std::string& Url() const { return url_; }
+    const std::string& Name() const { return name_; }
+
+  private:
+    std::string name_;
+    std::string url_;
+};
+
+// Creates a topic with `partitions` partitions on the test broker and waits until it is usable.
+void CreateTopic(const std::string& brokers, const std::string& topic, int partitions);
+
+}  // namespace sagaflow::testing
