@@ -166,7 +166,8 @@ void ValidateField(const FieldSchema& field,
                 }
                 ValidateField(property, value[property.name], child, errors);
             }
-            for (const auto& [key, unused] : value.items()) {
+            for (const auto& item : value.items()) {
+                const std::string& key = item.key();
                 const bool known = std::any_of(
                     field.properties.begin(), field.properties.end(), [&](const auto& p) { return p.name == key; });
                 if (!known) errors.push_back({path + "." + key, "is not a field of this saga's input"});

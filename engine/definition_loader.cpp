@@ -1,5 +1,7 @@
 #include "engine/definition_loader.hpp"
 
+#include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -70,8 +72,10 @@ std::size_t EditDistance(std::string_view a, std::string_view b) {
 // " (did you mean 'x'?)" for the closest candidate within a small edit distance, else "".
 template <typename Range>
 std::string Suggest(std::string_view word, const Range& candidates) {
+    if (word.empty()) return "";
     std::string best;
-    std::size_t best_distance = std::max<std::size_t>(2, word.size() / 3) + 1;
+    // Close enough to be a typo, and not a rewrite of a short word ("zz" is no typo of "a").
+    std::size_t best_distance = std::min(std::max<std::size_t>(1, word.size() / 3), word.size() - 1) + 1;
     for (const auto& candidate : candidates) {
         const std::size_t d = EditDistance(word, candidate);
         if (d < best_distance) {
@@ -91,9 +95,9 @@ std::string_view KindOfNode(const YAML::Node& node) {
         case YAML::NodeType::Scalar:
             return "a scalar";
         case YAML::NodeType::Null:
-            return "nothing";
+            return "no value";
         default:
-            return "nothing";
+            return "no value";
     }
 }
 
@@ -146,8 +150,9 @@ class Loader {
                                 std::move(message)});
     }
     static YAML::Mark MarkOf(const Entry& entry) {
+        // A missing value ("key:" and nothing) has no useful mark of its own: point at the key.
         const YAML::Mark value_mark = entry.value.Mark();
-        return value_mark.is_null() ? entry.key.Mark() : value_mark;
+        return value_mark.is_null() || entry.value.IsNull() ? entry.key.Mark() : value_mark;
     }
 
     // --- structure ---
@@ -979,6 +984,33 @@ YAML::Mark MarkAtOffset(std::string_view text, std::size_t offset) {
     return mark;
 }
 
+// Records where each document starts; nothing else.
+class DocumentCounter final : public YAML::EventHandler {
+  public:
+    void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+    std::vector<YAML::Mark> starts;
+};
+
+std::optional<YAML::Mark> SecondDocumentMark(std::string_view text) {
+    std::istringstream stream{std::string(text)};
+    YAML::Parser parser{stream};
+    DocumentCounter counter;
+    for (int i = 0; i < 2 && parser.HandleNextDocument(counter); ++i) {
+    }
+    if (counter.starts.size() < 2) {
+        return std::nullopt;
+    }
+    return counter.starts[1];
+}
+
 LoadResult Loader::Run(std::string_view text) {
     LoadResult result;
     if (text.size() > kMaxDefinitionBytes) {
@@ -994,9 +1026,21 @@ LoadResult Loader::Run(std::string_view text) {
         result.diagnostics = std::move(diagnostics_);
         return result;
     }
-    std::vector<YAML::Node> documents;
+    // YAML::LoadAll is not used: in yaml-cpp 0.7 it loops forever, allocating, on some malformed
+    // input (found by our fuzzer; upstream yaml-cpp PR #1319). Load reads the first document only;
+    // SecondDocumentMark looks for a second one with a bounded number of parser calls.
+    YAML::Node root;
+    std::optional<YAML::Mark> second_document;
     try {
-        documents = YAML::LoadAll(std::string(text));
+        root = YAML::Load(std::string(text));
+        second_document = SecondDocumentMark(text);
+    } catch (const YAML::DeepRecursion& e) {
+        Error(e.mark,
+              "",
+              "the document is nested more than " + std::to_string(e.depth()) +
+                  " levels deep; a saga definition needs a handful");
+        result.diagnostics = std::move(diagnostics_);
+        return result;
     } catch (const YAML::Exception& e) {
         std::string message = e.msg;
         if (message.find("tab") != std::string::npos || text.find('\t') != std::string_view::npos) {
@@ -1006,15 +1050,16 @@ LoadResult Loader::Run(std::string_view text) {
         result.diagnostics = std::move(diagnostics_);
         return result;
     }
-    if (documents.empty() || documents[0].IsNull()) {
+    if (root.IsNull()) {
         Error(YAML::Mark::null_mark(), "", "the file is empty: a saga definition needs at least 'saga' and 'steps'");
         result.diagnostics = std::move(diagnostics_);
         return result;
     }
-    if (documents.size() > 1) {
-        Error(documents[1].Mark(), "", "more than one YAML document: put one saga in each file");
+    if (second_document) {
+        Error(*second_document,
+              "",
+              "more than one YAML document, or text after the first one ends: put one saga in each file");
     }
-    const YAML::Node root = documents[0];
     SagaDefinition saga;
     const auto fields = Map(root, root.Mark(), "", {"saga", "version", "description", "input", "defaults", "steps"});
     if (!fields) {
