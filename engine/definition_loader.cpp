@@ -1129,7 +1129,7 @@ LoadResult Loader::Run(std::string_view text) {
         CheckSafety(saga);
     }
     if (diagnostics_.empty()) {
-        saga.hash = detail::Sha256Hex(detail::CanonicalJson(saga.Canonical()));
+        saga.hash = detail::CanonicalHash(saga.Canonical());
         result.definition = std::move(saga);
     }
     std::stable_sort(diagnostics_.begin(), diagnostics_.end(), [](const auto& a, const auto& b) {

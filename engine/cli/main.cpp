@@ -8,6 +8,9 @@
 #include "engine/definition_graph.hpp"
 #include "engine/definition_loader.hpp"
 #include "engine/version.hpp"
+#include "store/migrations.hpp"
+#include "store/pool.hpp"
+#include "store/sweeper.hpp"
 
 namespace {
 
@@ -48,6 +51,33 @@ int Graph(const std::string& file, const std::string& format) {
     return 0;
 }
 
+// --db, else SAGAFLOW_DB_URL; the URL is never printed unredacted.
+std::string DbUrl(const std::string& flag) {
+    if (!flag.empty()) return flag;
+    if (const char* env = std::getenv("SAGAFLOW_DB_URL"); env != nullptr && *env != '\0') return env;
+    throw CLI::ValidationError("--db", "no database: pass --db URL or set SAGAFLOW_DB_URL");
+}
+
+int Migrate(const std::string& url, const std::string& dir) {
+    const auto migrations =
+        dir.empty() ? sagaflow::store::BuiltinMigrations() : sagaflow::store::MigrationsFromDir(dir);
+    const auto report = sagaflow::store::MigrateBlocking(url, migrations);
+    for (const auto& name : report.already_applied) std::cout << "already applied  " << name << "\n";
+    for (const auto& name : report.applied) std::cout << "applied          " << name << "\n";
+    std::cout << report.applied.size() << " migration(s) applied, " << report.already_applied.size()
+              << " already present\n";
+    return 0;
+}
+
+int Sweep(const std::string& url, int ttl_hours) {
+    sagaflow::store::ValidateTtl(std::chrono::hours(ttl_hours));
+    auto conn = sagaflow::store::ConnectOnce(url);
+    const auto report = sagaflow::store::SweepOnce(*conn, std::chrono::hours(ttl_hours));
+    std::cout << "deleted " << report.processed_events << " processed_event and " << report.idempotency_records
+              << " idempotency_record rows older than " << ttl_hours << " h\n";
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,6 +97,19 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"mermaid", "dot"}))
         ->capture_default_str();
 
+    std::string db_flag;
+    std::string migrations_dir;
+    auto* migrate = app.add_subcommand("migrate", "Apply the schema migrations (idempotent; safe to run concurrently)");
+    migrate->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
+    migrate
+        ->add_option("--dir", migrations_dir, "apply NNN_name.sql files from this folder instead of the built-in ones")
+        ->check(CLI::ExistingDirectory);
+
+    int ttl_hours = 48;
+    auto* sweep = app.add_subcommand("sweep", "Delete inbox and idempotency records past their TTL, now");
+    sweep->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
+    sweep->add_option("--ttl-hours", ttl_hours, "records older than this are deleted; 24 to 72")->capture_default_str();
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -81,5 +124,14 @@ int main(int argc, char** argv) {
     }
     if (*validate) return Validate(validate_files);
     if (*graph) return Graph(graph_file, graph_format);
+    try {
+        if (*migrate) return Migrate(DbUrl(db_flag), migrations_dir);
+        if (*sweep) return Sweep(DbUrl(db_flag), ttl_hours);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e), kExitUsage;
+    } catch (const std::exception& e) {
+        std::cerr << "sagaflow: error: " << e.what() << "\n";
+        return kExitInvalid;
+    }
     return kExitUsage;
 }

@@ -1,10 +1,11 @@
 #pragma once
-// Canonical JSON (sorted keys, no insignificant whitespace) and SHA-256, shared by the definition
-// hash and the HTTP Idempotency-Key command hash.
+// Canonical JSON (sorted keys, no insignificant whitespace) and its SHA-256, shared by the
+// definition hash and the HTTP Idempotency-Key command hash.
 
 #include <nlohmann/json.hpp>
 #include <string>
-#include <string_view>
+
+#include "store/detail/sha256.hpp"
 
 namespace sagaflow::detail {
 
@@ -13,7 +14,8 @@ inline std::string CanonicalJson(const nlohmann::json& value) {
     return value.dump();
 }
 
-// Lowercase hex SHA-256 of `data` (OpenSSL EVP).
-std::string Sha256Hex(std::string_view data);
+inline std::string CanonicalHash(const nlohmann::json& value) {
+    return store::detail::Sha256Hex(CanonicalJson(value));
+}
 
 }  // namespace sagaflow::detail

@@ -1,11 +1,11 @@
-#include "engine/detail/canonical.hpp"
+#include "store/detail/sha256.hpp"
 
 #include <openssl/evp.h>
 
 #include <array>
 #include <stdexcept>
 
-namespace sagaflow::detail {
+namespace sagaflow::store::detail {
 
 std::string Sha256Hex(std::string_view data) {
     std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
@@ -23,4 +23,4 @@ std::string Sha256Hex(std::string_view data) {
     return out;
 }
 
-}  // namespace sagaflow::detail
+}  // namespace sagaflow::store::detail

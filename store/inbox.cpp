@@ -1,0 +1,58 @@
+#include "store/inbox.hpp"
+
+#include <pqxx/pqxx>
+#include <stdexcept>
+
+namespace sagaflow::store {
+namespace {
+constexpr const char* kFirstTime = "sagaflow_inbox_first_time";
+constexpr const char* kFreshIds = "sagaflow_inbox_fresh_ids";
+}  // namespace
+
+void PrepareInbox(pqxx::connection_base& conn) {
+    conn.prepare(kFirstTime,
+                 "INSERT INTO processed_event (consumer_name, event_id) VALUES ($1, $2::uuid) "
+                 "ON CONFLICT DO NOTHING RETURNING 1");
+    conn.prepare(kFreshIds,
+                 "INSERT INTO processed_event (consumer_name, event_id) SELECT $1, unnest($2::uuid[]) "
+                 "ON CONFLICT DO NOTHING RETURNING event_id::text");
+}
+
+bool IsUuid(const std::string& text) {
+    if (text.size() != 36) return false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? c != '-' : !std::isxdigit(static_cast<unsigned char>(c))) return false;
+    }
+    return true;
+}
+
+bool InboxFirstTime(pqxx::transaction_base& tx, const std::string& consumer, const std::string& event_id) {
+    if (!IsUuid(event_id)) {
+        throw std::invalid_argument("event id '" + event_id.substr(0, 64) + "' is not a UUID");
+    }
+    return !tx.exec_prepared(kFirstTime, consumer, event_id).empty();
+}
+
+std::vector<std::string> InboxFreshIds(pqxx::transaction_base& tx,
+                                       const std::string& consumer,
+                                       const std::vector<std::string>& event_ids) {
+    if (event_ids.empty()) return {};
+    std::string array = "{";
+    for (const auto& id : event_ids) {
+        if (!IsUuid(id)) {
+            throw std::invalid_argument("event id '" + id.substr(0, 64) + "' is not a UUID");
+        }
+        if (array.size() > 1) array += ',';
+        array += id;  // a checked UUID needs no quoting inside an array literal
+    }
+    array += '}';
+    std::vector<std::string> fresh;
+    for (const auto& row : tx.exec_prepared(kFreshIds, consumer, array)) {
+        fresh.push_back(row[0].as<std::string>());
+    }
+    return fresh;
+}
+
+}  // namespace sagaflow::store

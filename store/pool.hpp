@@ -1,0 +1,110 @@
+#pragma once
+// A small pool of PostgreSQL connections, one thread per connection. libpqxx blocks, so database
+// work never runs on an io thread: callers Submit a job and get a future (or co_await it through
+// an executor that posts here).
+//
+// Lifecycle: constructed -> threads connect (retrying with backoff) -> Submit() runs jobs in FIFO
+// order on whichever connection is free -> Stop() (or the destructor) finishes the running jobs,
+// fails the queued ones with PoolStopped, and joins the threads.
+//
+// A job is one transaction. If its connection breaks before commit (pqxx::broken_connection), the
+// transaction rolled back, so the worker reconnects with backoff and runs the job again, up to
+// `max_job_attempts` times. A break during commit is pqxx::in_doubt_error and goes to the caller:
+// only it can resolve the unknown outcome (e.g. by looking up an idempotency key).
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <pqxx/connection>
+#include <pqxx/except>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace sagaflow::store {
+
+struct PoolOptions {
+    std::string url;
+    int size = 4;
+    int max_job_attempts = 5;
+    std::chrono::milliseconds initial_backoff{100};
+    std::chrono::milliseconds max_backoff{5000};
+    // Runs on every new connection (e.g. to declare prepared statements).
+    std::function<void(pqxx::connection&)> on_connect;
+};
+
+class PoolStopped : public std::runtime_error {
+  public:
+    PoolStopped() : std::runtime_error("the database pool is stopped") {}
+};
+
+class ConnectionPool {
+  public:
+    explicit ConnectionPool(PoolOptions options);
+    ~ConnectionPool();
+    ConnectionPool(const ConnectionPool&) = delete;
+    ConnectionPool& operator=(const ConnectionPool&) = delete;
+
+    template <typename F>
+    auto Submit(F job) -> std::future<std::invoke_result_t<F&, pqxx::connection&>> {
+        using R = std::invoke_result_t<F&, pqxx::connection&>;
+        auto promise = std::make_shared<std::promise<R>>();
+        auto future = promise->get_future();
+        Enqueue([job = std::move(job), promise](pqxx::connection* conn, std::exception_ptr error) mutable {
+            if (error) {
+                promise->set_exception(error);
+                return;
+            }
+            try {
+                if constexpr (std::is_void_v<R>) {
+                    job(*conn);
+                    promise->set_value();
+                } else {
+                    promise->set_value(job(*conn));
+                }
+            } catch (const pqxx::broken_connection&) {
+                throw;  // the worker reconnects and runs the job again
+            } catch (...) {
+                promise->set_exception(std::current_exception());
+            }
+        });
+        return future;
+    }
+
+    // Submit and wait: for tools, tests and startup, never for io threads.
+    template <typename F>
+    auto RunBlocking(F job) {
+        return Submit(std::move(job)).get();
+    }
+
+    void Stop();
+    int Size() const noexcept { return options_.size; }
+    const std::string& RedactedUrl() const noexcept { return redacted_url_; }
+
+  private:
+    // Runs the job on `conn`; with a non-null error it only reports it (the job was never run).
+    using Task = std::function<void(pqxx::connection* conn, std::exception_ptr error)>;
+
+    void Enqueue(Task task);
+    void Worker(int index);
+    std::unique_ptr<pqxx::connection> ConnectWithBackoff(int index);
+
+    PoolOptions options_;
+    std::string redacted_url_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<Task> queue_;
+    bool stopping_ = false;
+    std::vector<std::thread> threads_;
+};
+
+// Opens one connection, naming the (redacted) URL and a hint when it fails.
+std::unique_ptr<pqxx::connection> ConnectOnce(const std::string& url);
+
+}  // namespace sagaflow::store

@@ -1,0 +1,52 @@
+#pragma once
+// Deletes inbox rows and HTTP idempotency records past their TTL (rule R-DIST-IDEM-5), in small
+// batches, each its own short transaction, so no long lock ever blocks the hot path.
+//
+// Lifecycle: Start() runs a sweep at once and then every `interval` on its own thread, using the
+// pool's connections; Stop() (or the destructor) wakes and joins it. SweepNowBlocking() sweeps
+// on the caller's thread (`sagaflow sweep`).
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "store/pool.hpp"
+
+namespace sagaflow::store {
+
+// The TTL must lie in 24..72 hours: shorter and a client's real retry (an hour after a network
+// failure) is no longer deduplicated; longer and the tables grow for nothing. Throws
+// std::invalid_argument naming the rule otherwise.
+std::chrono::hours ValidateTtl(std::chrono::hours ttl);
+
+struct SweepReport {
+    long long processed_events = 0;
+    long long idempotency_records = 0;
+};
+
+// One pass over both tables on `conn`.
+SweepReport SweepOnce(pqxx::connection& conn, std::chrono::hours ttl, int batch_size = 1000);
+
+class Sweeper {
+  public:
+    Sweeper(ConnectionPool& pool, std::chrono::hours ttl, std::chrono::milliseconds interval = std::chrono::hours(24));
+    ~Sweeper();
+    Sweeper(const Sweeper&) = delete;
+    Sweeper& operator=(const Sweeper&) = delete;
+
+    void Start();
+    void Stop();
+    SweepReport SweepNowBlocking();
+
+  private:
+    ConnectionPool& pool_;
+    std::chrono::hours ttl_;
+    std::chrono::milliseconds interval_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    bool stopping_ = false;
+    std::thread thread_;
+};
+
+}  // namespace sagaflow::store

@@ -1,0 +1,284 @@
+// Storage floor on the real PostgreSQL: migrations, the pool, the inbox under races, the sweeper.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <pqxx/pqxx>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "store/inbox.hpp"
+#include "store/migrations.hpp"
+#include "store/pool.hpp"
+#include "store/sweeper.hpp"
+#include "store/url.hpp"
+#include "tests/support/services.hpp"
+
+using namespace sagaflow::store;
+using sagaflow::testing::ScratchDatabase;
+
+namespace {
+
+long long Count(const std::string& url, const std::string& sql) {
+    pqxx::connection conn{url};
+    pqxx::read_transaction tx{conn};
+    return tx.exec1(sql)[0].as<long long>();
+}
+
+std::string NewUuid(std::mt19937_64& rng) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string id;
+    for (int i = 0; i < 32; ++i) {
+        if (i == 8 || i == 12 || i == 16 || i == 20) id += '-';
+        id += kHex[rng() % 16];
+    }
+    return id;
+}
+
+}  // namespace
+
+TEST_CASE("migrations apply to an empty database once, and the second run is a no-op") {
+    ScratchDatabase db;
+    const auto first = MigrateBlocking(db.Url(), BuiltinMigrations());
+    CHECK(first.applied == std::vector<std::string>{"001_core.sql"});
+    CHECK(first.already_applied.empty());
+    for (const char* table : {"saga_instance", "saga_step", "outbox", "processed_event", "idempotency_record"}) {
+        CAPTURE(table);
+        CHECK(Count(db.Url(),
+                    std::string("SELECT count(*) FROM information_schema.tables WHERE table_name = '") + table + "'") ==
+              1);
+    }
+    const auto second = MigrateBlocking(db.Url(), BuiltinMigrations());
+    CHECK(second.applied.empty());
+    CHECK(second.already_applied == std::vector<std::string>{"001_core.sql"});
+    CHECK(Count(db.Url(), "SELECT count(*) FROM sagaflow_migration") == 1);
+}
+
+TEST_CASE("the migrations compiled in are the files in sql/") {
+    const char* source = std::getenv("SAGAFLOW_SOURCE_DIR");
+    REQUIRE(source != nullptr);
+    const auto from_dir = MigrationsFromDir(std::string(source) + "/sql");
+    REQUIRE(from_dir.size() == BuiltinMigrations().size());
+    for (std::size_t i = 0; i < from_dir.size(); ++i) {
+        CHECK(from_dir[i].name == BuiltinMigrations()[i].name);
+        CHECK(from_dir[i].sql == BuiltinMigrations()[i].sql);
+    }
+}
+
+TEST_CASE("a migration changed after it was applied is refused, and nothing else is applied") {
+    ScratchDatabase db;
+    MigrateBlocking(db.Url(), BuiltinMigrations());
+    auto tampered = BuiltinMigrations();
+    tampered[0].sql += "\n-- an innocent edit\n";
+    tampered.push_back({2, "002_more.sql", "CREATE TABLE must_not_exist (id int);"});
+    std::string error;
+    try {
+        MigrateBlocking(db.Url(), tampered);
+    } catch (const MigrationError& e) {
+        error = e.what();
+    }
+    CHECK(error.rfind("migration 001_core.sql was changed after it was applied", 0) == 0);
+    CHECK(error.find("Hint: never edit an applied migration") != std::string::npos);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM information_schema.tables WHERE table_name = 'must_not_exist'") == 0);
+
+    // A database migrated by a newer sagaflow is refused by an older one.
+    MigrateBlocking(db.Url(), {BuiltinMigrations()[0], {2, "002_more.sql", "CREATE TABLE newer (id int);"}});
+    CHECK_THROWS_WITH_AS(MigrateBlocking(db.Url(), BuiltinMigrations()),
+                         doctest::Contains("the database has migration 002_more.sql that this sagaflow does not know"),
+                         MigrationError);
+}
+
+TEST_CASE("a failing migration is rolled back whole") {
+    ScratchDatabase db;
+    auto broken = BuiltinMigrations();
+    broken.push_back({2, "002_broken.sql", "CREATE TABLE half (id int); SELECT no_such_function();"});
+    CHECK_THROWS_WITH_AS(
+        MigrateBlocking(db.Url(), broken), doctest::Contains("migration 002_broken.sql failed"), MigrationError);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM information_schema.tables WHERE table_name = 'half'") == 0);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM sagaflow_migration") == 1);
+}
+
+TEST_CASE("concurrent migrators end with one applied set") {
+    ScratchDatabase db;
+    constexpr int kMigrators = 6;
+    std::vector<MigrateReport> reports(kMigrators);
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kMigrators; ++i) {
+        threads.emplace_back([&, i] {
+            try {
+                reports[static_cast<std::size_t>(i)] = MigrateBlocking(db.Url(), BuiltinMigrations());
+            } catch (const std::exception&) {
+                ++failures;
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(failures.load() == 0);
+    const auto appliers =
+        std::count_if(reports.begin(), reports.end(), [](const auto& r) { return !r.applied.empty(); });
+    CHECK(appliers == 1);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM sagaflow_migration") == 1);
+}
+
+TEST_CASE("inbox race: 16 threads deliver the same 1,000 ids; every effect happens exactly once") {
+    ScratchDatabase db;
+    MigrateBlocking(db.Url(), BuiltinMigrations());
+    constexpr int kEvents = 1000;
+    constexpr int kThreads = 16;
+    std::mt19937_64 rng{42};
+    std::vector<std::string> ids;
+    for (int i = 0; i < kEvents; ++i) ids.push_back(NewUuid(rng));
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        tx.exec("CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL DEFAULT 0)");
+        for (const auto& id : ids) tx.exec_params("INSERT INTO effect (event_id) VALUES ($1)", id);
+        tx.commit();
+    }
+    std::atomic<int> first_times{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            pqxx::connection conn{db.Url()};
+            PrepareInbox(conn);
+            auto order = ids;
+            std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<unsigned long>(t)));
+            for (const auto& id : order) {
+                pqxx::work tx{conn};
+                if (InboxFirstTime(tx, "race-consumer", id)) {
+                    tx.exec_params("UPDATE effect SET applied = applied + 1 WHERE event_id = $1", id);
+                    ++first_times;
+                }
+                tx.commit();
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(first_times.load() == kEvents);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied = 1") == kEvents);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied <> 1") == 0);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM processed_event") == kEvents);
+}
+
+TEST_CASE("batched inbox returns exactly the fresh ids; consumers are independent") {
+    ScratchDatabase db;
+    MigrateBlocking(db.Url(), BuiltinMigrations());
+    std::mt19937_64 rng{7};
+    std::vector<std::string> ids;
+    for (int i = 0; i < 10; ++i) ids.push_back(NewUuid(rng));
+    pqxx::connection conn{db.Url()};
+    PrepareInbox(conn);
+    {
+        pqxx::work tx{conn};
+        const auto fresh = InboxFreshIds(tx, "a", {ids[0], ids[1], ids[2], ids[2]});
+        CHECK(std::set<std::string>(fresh.begin(), fresh.end()) == std::set<std::string>{ids[0], ids[1], ids[2]});
+        CHECK(fresh.size() == 3);
+        tx.commit();
+    }
+    {
+        pqxx::work tx{conn};
+        const auto fresh = InboxFreshIds(tx, "a", {ids[1], ids[3], ids[4]});
+        CHECK(std::set<std::string>(fresh.begin(), fresh.end()) == std::set<std::string>{ids[3], ids[4]});
+        CHECK(InboxFirstTime(tx, "b", ids[1]));  // another consumer has not seen it
+        CHECK_FALSE(InboxFirstTime(tx, "a", ids[4]));
+        tx.abort();  // a rolled-back transaction records nothing
+    }
+    {
+        pqxx::work tx{conn};
+        CHECK(InboxFirstTime(tx, "a", ids[3]));
+        CHECK_THROWS_AS(InboxFreshIds(tx, "a", {"not-a-uuid'); DROP TABLE outbox; --"}), std::invalid_argument);
+    }
+}
+
+TEST_CASE("the pool runs jobs, passes errors on, and survives a killed connection") {
+    ScratchDatabase db;
+    MigrateBlocking(db.Url(), BuiltinMigrations());
+    ConnectionPool pool{{.url = db.Url(), .size = 2, .on_connect = [](pqxx::connection& c) { PrepareInbox(c); }}};
+    CHECK(pool.RunBlocking([](pqxx::connection& c) {
+        pqxx::work tx{c};
+        return tx.exec1("SELECT 40 + 2")[0].as<int>();
+    }) == 42);
+    CHECK_THROWS_AS(pool.RunBlocking([](pqxx::connection& c) {
+        pqxx::work tx{c};
+        tx.exec("SELECT * FROM no_such_table");
+    }),
+                    pqxx::undefined_table);
+
+    // Kill every backend of the pool from outside; the next jobs reconnect transparently.
+    {
+        pqxx::connection admin{db.Url()};
+        pqxx::nontransaction tx{admin};
+        tx.exec(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> "
+            "pg_backend_pid()");
+    }
+    std::vector<std::future<int>> results;
+    for (int i = 0; i < 8; ++i) {
+        results.push_back(pool.Submit([](pqxx::connection& c) {
+            pqxx::work tx{c};
+            return tx.exec1("SELECT 1")[0].as<int>();
+        }));
+    }
+    int sum = 0;
+    for (auto& r : results) sum += r.get();
+    CHECK(sum == 8);
+    pool.Stop();
+    CHECK_THROWS_AS(pool.RunBlocking([](pqxx::connection&) { return 0; }), PoolStopped);
+}
+
+TEST_CASE("a password never appears in errors or redacted URLs") {
+    CHECK(RedactUrl("postgresql://app:hunter2@db.example:5432/orders") ==
+          "postgresql://app:***@db.example:5432/orders");
+    CHECK(RedactUrl("host=db user=app password=hunter2 dbname=x") == "host=db user=app password=*** dbname=x");
+    CHECK(RedactUrl("postgresql://app@db/x?password=hunter2&sslmode=require") ==
+          "postgresql://app@db/x?password=***&sslmode=require");
+    std::string error;
+    try {
+        ConnectOnce("postgresql://app:hunter2@127.0.0.1:1/x?connect_timeout=2");
+    } catch (const pqxx::broken_connection& e) {
+        error = e.what();
+    }
+    CHECK(error.find("cannot connect to PostgreSQL at postgresql://app:***@127.0.0.1:1/") == 0);
+    CHECK(error.find("hunter2") == std::string::npos);
+    CHECK(error.find("Hint:") != std::string::npos);
+}
+
+TEST_CASE("the TTL must lie in 24-72 hours") {
+    using std::chrono::hours;
+    CHECK_THROWS_WITH_AS(
+        ValidateTtl(hours(23)), doctest::Contains("must lie in 24-72 h (rule R-DIST-IDEM-5)"), std::invalid_argument);
+    CHECK_THROWS_AS(ValidateTtl(hours(73)), std::invalid_argument);
+    CHECK(ValidateTtl(hours(24)) == hours(24));
+    CHECK(ValidateTtl(hours(72)) == hours(72));
+}
+
+TEST_CASE("the sweeper deletes only rows past their TTL, in batches") {
+    ScratchDatabase db;
+    MigrateBlocking(db.Url(), BuiltinMigrations());
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        tx.exec(
+            "INSERT INTO processed_event (consumer_name, event_id, processed_at) "
+            "SELECT 'c', gen_random_uuid(), now() - interval '49 hours' FROM generate_series(1, 25)");
+        tx.exec(
+            "INSERT INTO processed_event (consumer_name, event_id, processed_at) "
+            "SELECT 'c', gen_random_uuid(), now() - interval '47 hours' FROM generate_series(1, 5)");
+        tx.exec(
+            "INSERT INTO idempotency_record (scope, idempotency_key, command_hash, state, expires_at) "
+            "SELECT 't', 'k' || g, 'h', 'completed', now() - interval '1 minute' FROM generate_series(1, 9) g");
+        tx.exec(
+            "INSERT INTO idempotency_record (scope, idempotency_key, command_hash, state, expires_at) "
+            "VALUES ('t', 'live', 'h', 'completed', now() + interval '1 hour')");
+        tx.commit();
+    }
+    pqxx::connection conn{db.Url()};
+    const auto report = SweepOnce(conn, std::chrono::hours(48), 7);
+    CHECK(report.processed_events == 25);
+    CHECK(report.idempotency_records == 9);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM processed_event") == 5);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM idempotency_record") == 1);
+    CHECK(SweepOnce(conn, std::chrono::hours(48)).processed_events == 0);
+}
