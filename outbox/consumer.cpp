@@ -1,0 +1,302 @@
+#include "outbox/consumer.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <pqxx/pqxx>
+#include <set>
+
+#include "outbox/detail/rdkafka.hpp"
+#include "store/inbox.hpp"
+#include "store/pool.hpp"
+
+namespace sagaflow::outbox {
+namespace {
+
+struct Record {
+    detail::MessagePtr message;
+    std::optional<InboundEvent> inbound;  // set when well-formed
+    std::string reason;                   // why not, for the DLQ
+};
+
+std::string TopicOf(const rd_kafka_message_t* message) {
+    return rd_kafka_topic_name(message->rkt);
+}
+
+}  // namespace
+
+class Consumer::Impl {
+  public:
+    Impl(store::ConnectionPool& pool,
+         ConsumerOptions options,
+         EventHandler handler,
+         ConsumerMetrics& metrics,
+         std::atomic<bool>& stopping)
+        : pool_(pool),
+          options_(std::move(options)),
+          handler_(std::move(handler)),
+          metrics_(metrics),
+          stopping_(stopping) {
+        KafkaProperties properties = options_.properties;
+        properties["bootstrap.servers"] = options_.brokers;
+        properties["group.id"] = options_.group_id;
+        properties["enable.auto.commit"] = "false";  // offsets only after the database commit
+        properties.try_emplace("auto.offset.reset", "earliest");
+        properties.try_emplace("statistics.interval.ms", "1000");
+        auto conf = detail::MakeConf(properties);
+        rd_kafka_conf_set_opaque(conf.get(), this);
+        rd_kafka_conf_set_stats_cb(conf.get(), [](rd_kafka_t*, char* json, size_t len, void* opaque) {
+            static_cast<Impl*>(opaque)->OnStatistics(json, len);
+            return 0;
+        });
+        consumer_ = detail::MakeClient(RD_KAFKA_CONSUMER, std::move(conf));
+        rd_kafka_poll_set_consumer(consumer_.get());
+
+        KafkaProperties dlq = options_.properties;
+        dlq["bootstrap.servers"] = options_.brokers;
+        dlq["enable.idempotence"] = "true";
+        dlq["acks"] = "all";
+        dlq_ = detail::MakeClient(RD_KAFKA_PRODUCER, detail::MakeConf(dlq));
+    }
+
+    void Run() {
+        detail::TopicPartitionListPtr topics{
+            rd_kafka_topic_partition_list_new(static_cast<int>(options_.topics.size()))};
+        for (const auto& topic : options_.topics) {
+            rd_kafka_topic_partition_list_add(topics.get(), topic.c_str(), RD_KAFKA_PARTITION_UA);
+        }
+        if (const auto err = rd_kafka_subscribe(consumer_.get(), topics.get()); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            spdlog::error("consumer {}: cannot subscribe: {}", options_.group_id, detail::ErrorText(err));
+            return;
+        }
+        while (!stopping_.load()) {
+            auto batch = PollBatch();
+            if (batch.empty()) continue;
+            try {
+                Process(batch);
+                CommitOffsets(batch);
+            } catch (const std::exception& e) {
+                // Nothing of this batch is committed to Kafka: rewind and read it again.
+                spdlog::warn("consumer {}: batch failed ({}); it will be read again", options_.group_id, e.what());
+                Rewind(batch);
+                std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            }
+        }
+        rd_kafka_consumer_close(consumer_.get());
+        rd_kafka_flush(dlq_.get(), 5000);
+    }
+
+  private:
+    std::vector<Record> PollBatch() {
+        std::vector<Record> batch;
+        const auto deadline = std::chrono::steady_clock::now() + options_.batch_wait;
+        int timeout_ms = 100;
+        while (static_cast<int>(batch.size()) < options_.batch_size) {
+            detail::MessagePtr message{rd_kafka_consumer_poll(consumer_.get(), timeout_ms)};
+            if (!message) {
+                if (batch.empty() || std::chrono::steady_clock::now() >= deadline) break;
+                continue;
+            }
+            timeout_ms = 0;
+            if (message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) continue;
+            if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+                spdlog::warn("consumer {}: {}", options_.group_id, rd_kafka_message_errstr(message.get()));
+                continue;
+            }
+            ++metrics_.consumed;
+            Record record;
+            const std::string_view value(static_cast<const char*>(message->payload), message->len);
+            if (auto event = ParseCloudEvent(value, record.reason)) {
+                record.inbound = InboundEvent{TopicOf(message.get()),
+                                              message->partition,
+                                              message->offset,
+                                              std::string(static_cast<const char*>(message->key), message->key_len),
+                                              std::move(*event)};
+            }
+            record.message = std::move(message);
+            batch.push_back(std::move(record));
+            if (std::chrono::steady_clock::now() >= deadline) break;
+        }
+        return batch;
+    }
+
+    void Process(std::vector<Record>& batch) {
+        for (auto& record : batch) {
+            if (!record.inbound) DeadLetter(record, record.reason);
+        }
+        std::vector<std::string> ids;
+        for (const auto& record : batch) {
+            if (record.inbound) ids.push_back(record.inbound->event.id);
+        }
+        if (ids.empty()) return;
+        try {
+            pool_.RunBlocking([&](pqxx::connection& conn) {
+                pqxx::work tx{conn};
+                ApplyInTransaction(tx, batch, ids);
+                tx.commit();
+            });
+            return;
+        } catch (const std::exception& e) {
+            spdlog::warn(
+                "consumer {}: batch transaction failed ({}); retrying record by record", options_.group_id, e.what());
+        }
+        for (auto& record : batch) {
+            if (!record.inbound) continue;
+            std::string last_error;
+            bool done = false;
+            for (int attempt = 1; attempt <= options_.max_handler_attempts && !done && !stopping_.load(); ++attempt) {
+                try {
+                    pool_.RunBlocking([&](pqxx::connection& conn) {
+                        pqxx::work tx{conn};
+                        ApplyOne(tx, record);
+                        tx.commit();
+                    });
+                    done = true;
+                } catch (const std::exception& e) {
+                    last_error = e.what();
+                    std::this_thread::sleep_for(std::chrono::milliseconds(50 * attempt));
+                }
+            }
+            if (!done) {
+                if (stopping_.load()) throw std::runtime_error("stopping");
+                DeadLetter(record,
+                           "handler failed " + std::to_string(options_.max_handler_attempts) + " times: " + last_error);
+            }
+        }
+    }
+
+    void ApplyInTransaction(pqxx::work& tx, std::vector<Record>& batch, const std::vector<std::string>& ids) {
+        const auto fresh_ids = store::InboxFreshIds(tx, options_.inbox_name, ids);
+        std::set<std::string> fresh(fresh_ids.begin(), fresh_ids.end());
+        std::uint64_t applied = 0;
+        std::uint64_t duplicates = 0;
+        for (auto& record : batch) {
+            if (!record.inbound) continue;
+            if (fresh.erase(record.inbound->event.id) == 0) {  // seen before, or twice in this batch
+                ++duplicates;
+                continue;
+            }
+            handler_(tx, *record.inbound);
+            ++applied;
+        }
+        metrics_.applied += applied;
+        metrics_.duplicates += duplicates;
+    }
+
+    void ApplyOne(pqxx::work& tx, Record& record) {
+        if (!store::InboxFirstTime(tx, options_.inbox_name, record.inbound->event.id)) {
+            ++metrics_.duplicates;
+            return;
+        }
+        handler_(tx, *record.inbound);
+        ++metrics_.applied;
+    }
+
+    // Produces the record as it came, plus why, to <topic>.dlq and waits for the broker's ack: the
+    // offset may be committed only once the record is safe there.
+    void DeadLetter(Record& record, const std::string& reason) {
+        const rd_kafka_message_t* message = record.message.get();
+        const std::string topic = TopicOf(message) + ".dlq";
+        detail::HeadersPtr headers{rd_kafka_headers_new(4)};
+        rd_kafka_headers_t* original = nullptr;
+        if (rd_kafka_message_headers(message, &original) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            headers.reset(rd_kafka_headers_copy(original));
+        }
+        const std::string where =
+            TopicOf(message) + "/" + std::to_string(message->partition) + "@" + std::to_string(message->offset);
+        rd_kafka_header_add(
+            headers.get(), "sagaflow-dlq-reason", -1, reason.data(), static_cast<ssize_t>(reason.size()));
+        rd_kafka_header_add(headers.get(), "sagaflow-dlq-origin", -1, where.data(), static_cast<ssize_t>(where.size()));
+        const std::string_view key(static_cast<const char*>(message->key), message->key ? message->key_len : 0);
+        const std::string_view value(static_cast<const char*>(message->payload), message->payload ? message->len : 0);
+        rd_kafka_resp_err_t err;
+        while ((err = detail::Produce(dlq_.get(), topic, key, value, headers.get(), nullptr)) ==
+               RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+            rd_kafka_poll(dlq_.get(), 10);
+        }
+        if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            throw std::runtime_error("cannot move " + where + " to " + topic + ": " + detail::ErrorText(err));
+        }
+        static_cast<void>(headers.release());
+        if (rd_kafka_flush(dlq_.get(), 30'000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            throw std::runtime_error("the dead-letter topic " + topic + " did not acknowledge within 30 s");
+        }
+        ++metrics_.dead_lettered;
+        spdlog::warn("consumer {}: moved {} to {}: {}", options_.group_id, where, topic, reason);
+    }
+
+    void CommitOffsets(const std::vector<Record>& batch) {
+        std::map<std::pair<std::string, std::int32_t>, std::int64_t> next;
+        for (const auto& record : batch) {
+            auto& offset = next[{TopicOf(record.message.get()), record.message->partition}];
+            offset = std::max(offset, record.message->offset + 1);
+        }
+        detail::TopicPartitionListPtr list{rd_kafka_topic_partition_list_new(static_cast<int>(next.size()))};
+        for (const auto& [where, offset] : next) {
+            rd_kafka_topic_partition_list_add(list.get(), where.first.c_str(), where.second)->offset = offset;
+        }
+        if (const auto err = rd_kafka_commit(consumer_.get(), list.get(), 0); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            // Applied in the database already: a redelivery is dropped by the inbox.
+            spdlog::warn("consumer {}: offset commit failed: {}", options_.group_id, detail::ErrorText(err));
+        }
+    }
+
+    void Rewind(const std::vector<Record>& batch) {
+        std::map<std::pair<std::string, std::int32_t>, std::int64_t> first;
+        for (const auto& record : batch) {
+            const auto where = std::pair{TopicOf(record.message.get()), record.message->partition};
+            const auto it = first.find(where);
+            if (it == first.end() || record.message->offset < it->second) first[where] = record.message->offset;
+        }
+        detail::TopicPartitionListPtr list{rd_kafka_topic_partition_list_new(static_cast<int>(first.size()))};
+        for (const auto& [where, offset] : first) {
+            rd_kafka_topic_partition_list_add(list.get(), where.first.c_str(), where.second)->offset = offset;
+        }
+        if (rd_kafka_error_t* error = rd_kafka_seek_partitions(consumer_.get(), list.get(), 5000)) {
+            spdlog::warn("consumer {}: rewind failed: {}", options_.group_id, rd_kafka_error_string(error));
+            rd_kafka_error_destroy(error);
+        }
+    }
+
+    void OnStatistics(const char* json, size_t len) {
+        const auto stats = nlohmann::json::parse(json, json + len, nullptr, false);
+        if (!stats.is_object() || !stats.contains("topics")) return;
+        std::int64_t lag = 0;
+        for (const auto& [name, topic] : stats["topics"].items()) {
+            if (!topic.contains("partitions")) continue;
+            for (const auto& [id, partition] : topic["partitions"].items()) {
+                const auto value = partition.value("consumer_lag", std::int64_t{-1});
+                if (id != "-1" && value > 0) lag += value;
+            }
+        }
+        metrics_.lag = lag;
+    }
+
+    store::ConnectionPool& pool_;
+    ConsumerOptions options_;
+    EventHandler handler_;
+    ConsumerMetrics& metrics_;
+    std::atomic<bool>& stopping_;
+    detail::ClientPtr consumer_;
+    detail::ClientPtr dlq_;
+};
+
+Consumer::Consumer(store::ConnectionPool& pool, ConsumerOptions options, EventHandler handler)
+    : impl_(std::make_unique<Impl>(pool, std::move(options), std::move(handler), metrics_, stopping_)) {}
+
+Consumer::~Consumer() {
+    Stop();
+}
+
+void Consumer::Start() {
+    if (thread_.joinable()) return;
+    stopping_ = false;
+    thread_ = std::thread([this] { impl_->Run(); });
+}
+
+void Consumer::Stop() {
+    stopping_ = true;
+    if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace sagaflow::outbox

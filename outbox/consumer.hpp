@@ -1,0 +1,74 @@
+#pragma once
+// The consumer shared by the orchestrator (replies) and the participants (commands).
+//
+// Lifecycle: Start() spawns the consumer thread: subscribe, then loop: poll a batch, move malformed
+// records to `<topic>.dlq` (reason in a header), run the well-formed ones through the inbox and
+// the handler in ONE database transaction, commit it, and only then commit the Kafka offsets. A
+// crash anywhere before the offset commit redelivers the batch; the inbox drops what was applied.
+// If the batch transaction fails, each record is retried in a transaction of its own, and one whose
+// handler keeps failing (`max_handler_attempts`) goes to the DLQ too, so a poison message never
+// stops the consumer. Stop() finishes the current batch, closes the consumer (leaving the group)
+// and joins.
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <pqxx/transaction>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "outbox/event.hpp"
+#include "outbox/kafka.hpp"
+#include "outbox/metrics.hpp"
+
+namespace sagaflow::store {
+class ConnectionPool;
+}
+
+namespace sagaflow::outbox {
+
+struct InboundEvent {
+    std::string topic;
+    std::int32_t partition = 0;
+    std::int64_t offset = 0;
+    std::string key;
+    CloudEvent event;
+};
+
+// Runs inside the inbox transaction: its writes, the inbox record and any outbox rows it enqueues
+// commit together. Throwing rolls all of them back.
+using EventHandler = std::function<void(pqxx::work& tx, const InboundEvent& event)>;
+
+struct ConsumerOptions {
+    std::string brokers;
+    std::string group_id;
+    std::vector<std::string> topics;
+    std::string inbox_name;  // processed_event.consumer_name
+    KafkaProperties properties;
+    int batch_size = 200;
+    std::chrono::milliseconds batch_wait{20};
+    int max_handler_attempts = 5;
+};
+
+class Consumer {
+  public:
+    Consumer(store::ConnectionPool& pool, ConsumerOptions options, EventHandler handler);
+    ~Consumer();
+    Consumer(const Consumer&) = delete;
+    Consumer& operator=(const Consumer&) = delete;
+
+    void Start();
+    void Stop();
+    const ConsumerMetrics& Metrics() const noexcept { return metrics_; }
+
+  private:
+    class Impl;
+    ConsumerMetrics metrics_;
+    std::atomic<bool> stopping_{false};
+    std::unique_ptr<Impl> impl_;
+    std::thread thread_;
+};
+
+}  // namespace sagaflow::outbox

@@ -1,0 +1,25 @@
+#pragma once
+// Counters of the outbox relay and the consumers, read by /metrics. Plain atomics: written by the
+// relay or consumer thread, read by anyone.
+
+#include <atomic>
+#include <cstdint>
+
+namespace sagaflow::outbox {
+
+struct RelayMetrics {
+    std::atomic<std::uint64_t> published{0};       // rows acknowledged by the broker and marked
+    std::atomic<std::uint64_t> retried{0};         // rows whose produce failed and were scheduled again
+    std::atomic<std::uint64_t> failed_batches{0};  // batches rolled back (fatal producer error, shutdown)
+    std::atomic<std::uint64_t> producer_restarts{0};
+};
+
+struct ConsumerMetrics {
+    std::atomic<std::uint64_t> consumed{0};       // records read from Kafka
+    std::atomic<std::uint64_t> applied{0};        // first deliveries handed to the handler
+    std::atomic<std::uint64_t> duplicates{0};     // dropped by the inbox
+    std::atomic<std::uint64_t> dead_lettered{0};  // moved to <topic>.dlq
+    std::atomic<std::int64_t> lag{0};             // records behind the high watermark, all partitions
+};
+
+}  // namespace sagaflow::outbox

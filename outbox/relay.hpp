@@ -1,0 +1,67 @@
+#pragma once
+// The outbox relay: publishes committed outbox rows to Kafka through one long-lived idempotent
+// producer and marks them published.
+//
+// Lifecycle: Start() spawns the relay thread; it connects to PostgreSQL, takes the relay leader
+// lock, LISTENs on `sagaflow_outbox` and loops: claim a batch (FOR UPDATE SKIP LOCKED, id order),
+// produce every row, wait for every delivery report, mark the delivered rows `published_at` and
+// the failed ones `attempts`/`last_error`/`next_attempt_at` in the same transaction, commit. With
+// nothing to do it sleeps until a NOTIFY or the poll interval. Stop() asks the thread to finish:
+// in-flight deliveries get `drain_timeout`; what is not acknowledged by then rolls back and is
+// published again later with the same event id (the consumers' inboxes drop the duplicate).
+//
+// Ordering: one relay publishes at a time (a session advisory lock; other relays stand by and take
+// over within `poll_interval` when the leader's session ends). Rows go out in id order; a row that
+// fails holds back the later rows of its key until it is published, so per-key order on the topic
+// is the order of the rows' ids, which for one saga is commit order (a saga's writes are serialised
+// by its row lock). Order across keys is not kept beyond what Kafka's partitions give.
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "outbox/kafka.hpp"
+#include "outbox/metrics.hpp"
+
+namespace sagaflow::outbox {
+
+struct RelayOptions {
+    std::string db_url;
+    std::string brokers;
+    KafkaProperties properties;  // passed to librdkafka (TLS, SASL, ...); idempotence stays on
+    int batch_size = 500;
+    std::chrono::milliseconds poll_interval{500};
+    std::chrono::milliseconds drain_timeout{10'000};
+    std::chrono::milliseconds initial_backoff{500};
+    std::chrono::milliseconds max_backoff{60'000};
+};
+
+// The relay producer's librdkafka properties: the user's, with enable.idempotence=true and acks=all
+// enforced (KafkaError if the user set them otherwise).
+KafkaProperties RelayProducerProperties(const RelayOptions& options);
+
+class Relay {
+  public:
+    explicit Relay(RelayOptions options);
+    ~Relay();
+    Relay(const Relay&) = delete;
+    Relay& operator=(const Relay&) = delete;
+
+    void Start();
+    void Stop();
+    const RelayMetrics& Metrics() const noexcept { return metrics_; }
+    bool IsLeader() const noexcept { return leader_.load(); }
+
+  private:
+    class Impl;
+    RelayOptions options_;
+    RelayMetrics metrics_;
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> leader_{false};
+    std::thread thread_;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sagaflow::outbox

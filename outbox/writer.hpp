@@ -1,0 +1,21 @@
+#pragma once
+// The outbox writer: an event enters the `outbox` table inside the caller's transaction, so it
+// leaves exactly when the state change that causes it commits (and never if it rolls back).
+
+#include <pqxx/transaction_base>
+#include <string>
+
+#include "outbox/event.hpp"
+
+namespace sagaflow::outbox {
+
+// Inserts `event` for `topic` with record key `key` (the saga id) in `tx`. Mints the event id (UUID
+// v7) and time if they are empty. Returns the event id. Enqueueing an id that is already in the
+// outbox changes nothing (the first row stands): a resend reuses its row, see Rearm.
+std::string Enqueue(pqxx::transaction_base& tx, const std::string& topic, const std::string& key, CloudEvent event);
+
+// Marks the row of `event_id` for publishing again (a step's resend after a timeout): same row,
+// same event id, same bytes. Returns false if there is no such row.
+bool Rearm(pqxx::transaction_base& tx, const std::string& event_id);
+
+}  // namespace sagaflow::outbox

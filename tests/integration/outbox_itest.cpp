@@ -1,0 +1,290 @@
+// The outbox, the relay and the shared consumer against the real broker and PostgreSQL.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <pqxx/pqxx>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "outbox/consumer.hpp"
+#include "outbox/detail/rdkafka.hpp"
+#include "outbox/relay.hpp"
+#include "outbox/uuid.hpp"
+#include "outbox/writer.hpp"
+#include "store/inbox.hpp"
+#include "store/migrations.hpp"
+#include "store/pool.hpp"
+#include "tests/support/kafka_read.hpp"
+#include "tests/support/services.hpp"
+
+using namespace sagaflow;
+using testing::KafkaBrokers;
+using testing::ScratchDatabase;
+using testing::UniqueName;
+
+namespace {
+
+long long Count(const std::string& url, const std::string& sql) {
+    pqxx::connection conn{url};
+    pqxx::read_transaction tx{conn};
+    return tx.exec1(sql)[0].as<long long>();
+}
+
+outbox::RelayOptions RelayFor(const std::string& url) {
+    outbox::RelayOptions options;
+    options.db_url = url;
+    options.brokers = KafkaBrokers();
+    options.poll_interval = std::chrono::milliseconds(200);
+    return options;
+}
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (done()) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return done();
+}
+
+outbox::CloudEvent TestEvent(const nlohmann::json& data) {
+    outbox::CloudEvent event;
+    event.type = "Test.v1";
+    event.source = "sagaflow/itest";
+    event.data = data;
+    return event;
+}
+
+}  // namespace
+
+TEST_CASE("50,000 rows from 8 concurrent writers reach the topic once each, in per-key commit order") {
+    ScratchDatabase db;
+    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+    const std::string topic = UniqueName("relay");
+    testing::CreateTopic(KafkaBrokers(), topic, 4);
+    outbox::Relay relay{RelayFor(db.Url())};
+    relay.Start();
+
+    constexpr int kWriters = 8;
+    constexpr int kPerWriter = 6250;
+    constexpr int kPerTransaction = 10;
+    constexpr int kKeysPerWriter = 10;
+    std::vector<std::thread> writers;
+    for (int w = 0; w < kWriters; ++w) {
+        writers.emplace_back([&, w] {
+            pqxx::connection conn{db.Url()};
+            for (int n = 0; n < kPerWriter; n += kPerTransaction) {
+                pqxx::work tx{conn};
+                for (int j = n; j < n + kPerTransaction; ++j) {
+                    const std::string key = "w" + std::to_string(w) + "-k" + std::to_string(j % kKeysPerWriter);
+                    outbox::Enqueue(tx, topic, key, TestEvent({{"seq", j / kKeysPerWriter}}));
+                }
+                tx.commit();
+            }
+        });
+    }
+    for (auto& w : writers) w.join();
+    const long long total = kWriters * kPerWriter;
+    CHECK(WaitFor([&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0; },
+                  std::chrono::seconds(180)));
+    relay.Stop();
+    CHECK(relay.Metrics().published.load() == static_cast<std::uint64_t>(total));
+
+    const auto records = testing::ReadTopic(KafkaBrokers(), topic, 0, std::chrono::seconds(120));
+    CHECK(records.size() == static_cast<std::size_t>(total));
+    std::set<std::string> ids;
+    std::map<std::string, int> next_seq;
+    int out_of_order = 0;
+    for (const auto& record : records) {
+        const auto value = nlohmann::json::parse(record.value);
+        ids.insert(value["id"].get<std::string>());
+        CHECK(record.headers.at("content-type") == "application/cloudevents+json");
+        const int seq = value["data"]["seq"].get<int>();
+        out_of_order += seq == next_seq[record.key] ? 0 : 1;
+        next_seq[record.key] = seq + 1;
+    }
+    CHECK(ids.size() == static_cast<std::size_t>(total));
+    CHECK(out_of_order == 0);
+    CHECK(next_seq.size() == static_cast<std::size_t>(kWriters * kKeysPerWriter));
+    CHECK(Count(db.Url(), "SELECT count(*) FROM outbox WHERE attempts = 1") == total);
+}
+
+TEST_CASE("the consumer applies each event once, moves malformed and poison records to the DLQ, and goes on") {
+    ScratchDatabase db;
+    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        tx.exec("CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL)");
+        tx.commit();
+    }
+    const std::string brokers = KafkaBrokers();
+    const std::string topic = UniqueName("commands");
+    testing::CreateTopic(brokers, topic, 2);
+
+    std::vector<std::string> values;
+    std::vector<std::string> good_ids;
+    for (int i = 0; i < 3; ++i) {
+        auto event = TestEvent({{"n", i}});
+        event.id = outbox::NewUuidV7();
+        good_ids.push_back(event.id);
+        values.push_back(event.ToJson().dump());
+    }
+    values.push_back(values[1]);  // duplicate deliveries
+    values.push_back(values[1]);
+    values.push_back("not json at all");
+    values.push_back(R"({"specversion":"1.0","type":"x","source":"y"})");
+    auto poison = TestEvent({{"poison", true}});
+    poison.id = outbox::NewUuidV7();
+    values.push_back(poison.ToJson().dump());
+    {
+        using namespace outbox::detail;
+        auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", brokers}}));
+        for (const auto& value : values)
+            REQUIRE(Produce(producer.get(), topic, "saga-1", value, nullptr, nullptr) == 0);
+        REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
+
+    store::ConnectionPool pool{{.url = db.Url(), .size = 2, .on_connect = [](auto& c) { store::PrepareInbox(c); }}};
+    outbox::ConsumerOptions options;
+    options.brokers = brokers;
+    options.group_id = UniqueName("group");
+    options.topics = {topic};
+    options.inbox_name = "itest-consumer";
+    options.max_handler_attempts = 3;
+    outbox::Consumer consumer{pool, options, [](pqxx::work& tx, const outbox::InboundEvent& in) {
+                                  if (in.event.data.value("poison", false)) throw std::runtime_error("poisoned");
+                                  tx.exec_params(
+                                      "INSERT INTO effect VALUES ($1::uuid, 1) ON CONFLICT (event_id) DO "
+                                      "UPDATE SET applied = effect.applied + 1",
+                                      in.event.id);
+                              }};
+    consumer.Start();
+    const auto& m = consumer.Metrics();
+    CHECK(WaitFor([&] { return m.dead_lettered.load() == 3 && m.applied.load() + m.duplicates.load() == 5; },
+                  std::chrono::seconds(90)));
+    consumer.Stop();
+    CHECK(m.applied.load() == 3);
+    CHECK(m.duplicates.load() == 2);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied = 1") == 3);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM effect") == 3);
+
+    const auto dlq = testing::ReadTopic(brokers, topic + ".dlq", 3, std::chrono::seconds(60));
+    REQUIRE(dlq.size() == 3);
+    std::set<std::string> reasons;
+    for (const auto& record : dlq) reasons.insert(record.headers.at("sagaflow-dlq-reason"));
+    CHECK(reasons == std::set<std::string>{"not JSON", "no id", "handler failed 3 times: poisoned"});
+
+    // The offsets were committed after the database: the same group reads nothing again.
+    outbox::Consumer again{pool, options, [](pqxx::work&, const outbox::InboundEvent&) {}};
+    again.Start();
+    std::this_thread::sleep_for(std::chrono::seconds(6));
+    again.Stop();
+    CHECK(again.Metrics().consumed.load() == 0);
+}
+
+TEST_CASE("the relay killed with SIGKILL 20 times: every row is published, duplicates keep their id, effects once") {
+    const char* cli = std::getenv("SAGAFLOW_CLI");
+    REQUIRE_MESSAGE(cli != nullptr, "SAGAFLOW_CLI is not set: run this test through ctest");
+    ScratchDatabase db;
+    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+    const std::string brokers = KafkaBrokers();
+    const std::string topic = UniqueName("killed");
+    testing::CreateTopic(brokers, topic, 4);
+    pqxx::connection writer{db.Url()};
+    const auto write = [&](int rows) {
+        for (int n = 0; n < rows; n += 50) {
+            pqxx::work tx{writer};
+            for (int j = 0; j < 50; ++j)
+                outbox::Enqueue(tx, topic, "k" + std::to_string(j % 16), TestEvent({{"j", j}}));
+            tx.commit();
+        }
+    };
+    write(3000);
+    const auto published = [&] {
+        return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL");
+    };
+    std::mt19937 rng{20261202};
+    int kills = 0;
+    for (int round = 0; round < 20; ++round) {
+        const pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            freopen("/dev/null", "w", stderr);
+            execl(cli, cli, "relay", "--db", db.Url().c_str(), "--brokers", brokers.c_str(), nullptr);
+            _exit(127);
+        }
+        write(200);  // publishing and writing at once
+        // Kill while it publishes: once this incarnation has marked rows, at a random moment.
+        const long long before = published();
+        WaitFor([&] { return published() > before; }, std::chrono::seconds(15));
+        std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 300));
+        kills += kill(pid, SIGKILL) == 0 ? 1 : 0;
+        int status = 0;
+        waitpid(pid, &status, 0);
+        CHECK(WIFSIGNALED(status));
+    }
+    CHECK(kills == 20);
+    const long long total = Count(db.Url(), "SELECT count(*) FROM outbox");
+    CHECK(total == 7000);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NOT NULL") >
+          0);  // the kills let work through
+    {
+        outbox::Relay relay{RelayFor(db.Url())};
+        relay.Start();
+        CHECK(WaitFor([&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0; },
+                      std::chrono::seconds(120)));
+        relay.Stop();
+    }
+    const auto records = testing::ReadTopic(brokers, topic, 0, std::chrono::seconds(120));
+    std::map<std::string, std::string> value_of;
+    int duplicates = 0;
+    for (const auto& record : records) {
+        const std::string id = nlohmann::json::parse(record.value)["id"];
+        const auto [it, fresh] = value_of.emplace(id, record.value);
+        if (!fresh) {
+            ++duplicates;
+            CHECK(it->second == record.value);  // a resend is the same event: same id, same bytes
+        }
+    }
+    CHECK(value_of.size() == static_cast<std::size_t>(total));
+    MESSAGE("records on the topic: " << records.size() << ", duplicates from kills: " << duplicates);
+    pqxx::connection check{db.Url()};
+    {
+        pqxx::read_transaction tx{check};
+        std::set<std::string> outbox_ids;
+        for (const auto& row : tx.exec("SELECT event_id::text FROM outbox"))
+            outbox_ids.insert(row[0].as<std::string>());
+        std::set<std::string> topic_ids;
+        for (const auto& [id, unused] : value_of) topic_ids.insert(id);
+        CHECK(outbox_ids == topic_ids);
+    }
+    // A consumer through the inbox applies each event exactly once.
+    {
+        pqxx::work tx{check};
+        tx.exec("CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL)");
+        tx.commit();
+    }
+    store::ConnectionPool pool{{.url = db.Url(), .size = 2, .on_connect = [](auto& c) { store::PrepareInbox(c); }}};
+    outbox::ConsumerOptions options;
+    options.brokers = brokers;
+    options.group_id = UniqueName("group");
+    options.topics = {topic};
+    options.inbox_name = "after-kills";
+    outbox::Consumer consumer{pool, options, [](pqxx::work& tx, const outbox::InboundEvent& in) {
+                                  tx.exec_params(
+                                      "INSERT INTO effect VALUES ($1::uuid, 1) ON CONFLICT (event_id) DO "
+                                      "UPDATE SET applied = effect.applied + 1",
+                                      in.event.id);
+                              }};
+    consumer.Start();
+    CHECK(WaitFor([&] { return consumer.Metrics().consumed.load() >= records.size(); }, std::chrono::seconds(120)));
+    consumer.Stop();
+    CHECK(Count(db.Url(), "SELECT count(*) FROM effect") == total);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied <> 1") == 0);
+    CHECK(consumer.Metrics().duplicates.load() == static_cast<std::uint64_t>(duplicates));
+}

@@ -1,0 +1,70 @@
+#include "tests/support/kafka_read.hpp"
+
+#include <cstdint>
+
+#include "outbox/detail/rdkafka.hpp"
+#include "tests/support/services.hpp"
+
+namespace sagaflow::testing {
+
+std::vector<ReadRecord> ReadTopic(const std::string& brokers,
+                                  const std::string& topic,
+                                  std::size_t expected,
+                                  std::chrono::seconds timeout) {
+    using namespace outbox::detail;
+    auto consumer = MakeClient(RD_KAFKA_CONSUMER,
+                               MakeConf({{"bootstrap.servers", brokers},
+                                         {"group.id", UniqueName("reader")},
+                                         {"auto.offset.reset", "earliest"},
+                                         {"enable.auto.commit", "false"},
+                                         {"topic.metadata.refresh.interval.ms", "500"}}));
+    rd_kafka_poll_set_consumer(consumer.get());
+    std::map<int, long long> end;  // partition -> high watermark, when reading to the end
+    if (expected == 0) {
+        const rd_kafka_metadata_t* metadata = nullptr;
+        rd_kafka_topic_t* handle = rd_kafka_topic_new(consumer.get(), topic.c_str(), nullptr);
+        if (rd_kafka_metadata(consumer.get(), 0, handle, &metadata, 10000) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+            metadata->topic_cnt == 1) {
+            for (int i = 0; i < metadata->topics[0].partition_cnt; ++i) {
+                std::int64_t low = 0;
+                std::int64_t high = 0;
+                const int partition = metadata->topics[0].partitions[i].id;
+                rd_kafka_query_watermark_offsets(consumer.get(), topic.c_str(), partition, &low, &high, 10000);
+                if (high > low) end[partition] = high;
+                expected += static_cast<std::size_t>(high - low);
+            }
+        }
+        if (metadata != nullptr) rd_kafka_metadata_destroy(metadata);
+        rd_kafka_topic_destroy(handle);
+        if (expected == 0) return {};
+    }
+    TopicPartitionListPtr subscription{rd_kafka_topic_partition_list_new(1)};
+    rd_kafka_topic_partition_list_add(subscription.get(), topic.c_str(), RD_KAFKA_PARTITION_UA);
+    rd_kafka_subscribe(consumer.get(), subscription.get());
+    std::vector<ReadRecord> records;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (records.size() < expected && std::chrono::steady_clock::now() < deadline) {
+        MessagePtr message{rd_kafka_consumer_poll(consumer.get(), 200)};
+        if (!message || message->err != RD_KAFKA_RESP_ERR_NO_ERROR) continue;
+        ReadRecord record;
+        if (message->key) record.key.assign(static_cast<const char*>(message->key), message->key_len);
+        if (message->payload) record.value.assign(static_cast<const char*>(message->payload), message->len);
+        record.partition = message->partition;
+        record.offset = message->offset;
+        rd_kafka_headers_t* headers = nullptr;
+        if (rd_kafka_message_headers(message.get(), &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            const char* name = nullptr;
+            const void* value = nullptr;
+            size_t size = 0;
+            for (size_t i = 0; rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+                 ++i) {
+                record.headers[name] = std::string(static_cast<const char*>(value), size);
+            }
+        }
+        records.push_back(std::move(record));
+    }
+    rd_kafka_consumer_close(consumer.get());
+    return records;
+}
+
+}  // namespace sagaflow::testing
