@@ -90,8 +90,9 @@ class Relay::Impl {
                       "AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.published_at IS NULL "
                       "AND b.next_attempt_at IS NOT NULL AND b.message_key = o.message_key AND b.id < o.id) "
                       "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED");
-        conn->prepare("mark",
-                      "UPDATE outbox SET published_at = clock_timestamp(), attempts = attempts + 1 WHERE id = ANY($1::bigint[])");
+        conn->prepare(
+            "mark",
+            "UPDATE outbox SET published_at = clock_timestamp(), attempts = attempts + 1 WHERE id = ANY($1::bigint[])");
         conn->prepare("fail",
                       "UPDATE outbox SET attempts = attempts + 1, last_error = $2, "
                       "next_attempt_at = now() + make_interval(secs => $3::double precision) WHERE id = $1");
