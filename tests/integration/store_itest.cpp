@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <pqxx/pqxx>
 #include <random>
 #include <set>
@@ -19,6 +20,22 @@ using namespace sagaflow::store;
 using sagaflow::testing::ScratchDatabase;
 
 namespace {
+
+std::vector<std::string> BuiltinNames() {
+    std::vector<std::string> names;
+    for (const auto& m : BuiltinMigrations()) names.push_back(m.name);
+    return names;
+}
+
+// A migration numbered after every built-in one.
+Migration Later(const std::string& suffix, const std::string& sql) {
+    const int version = BuiltinMigrations().back().version + 1;
+    char name[64];
+    std::snprintf(name, sizeof name, "%03d_%s.sql", version, suffix.c_str());
+    return {version, name, sql};
+}
+
+const long long kBuiltin = static_cast<long long>(BuiltinMigrations().size());
 
 long long Count(const std::string& url, const std::string& sql) {
     pqxx::connection conn{url};
@@ -41,7 +58,7 @@ std::string NewUuid(std::mt19937_64& rng) {
 TEST_CASE("migrations apply to an empty database once, and the second run is a no-op") {
     ScratchDatabase db;
     const auto first = MigrateBlocking(db.Url(), BuiltinMigrations());
-    CHECK(first.applied == std::vector<std::string>{"001_core.sql"});
+    CHECK(first.applied == BuiltinNames());
     CHECK(first.already_applied.empty());
     for (const char* table : {"saga_instance", "saga_step", "outbox", "processed_event", "idempotency_record"}) {
         CAPTURE(table);
@@ -51,8 +68,8 @@ TEST_CASE("migrations apply to an empty database once, and the second run is a n
     }
     const auto second = MigrateBlocking(db.Url(), BuiltinMigrations());
     CHECK(second.applied.empty());
-    CHECK(second.already_applied == std::vector<std::string>{"001_core.sql"});
-    CHECK(Count(db.Url(), "SELECT count(*) FROM sagaflow_migration") == 1);
+    CHECK(second.already_applied == BuiltinNames());
+    CHECK(Count(db.Url(), "SELECT count(*) FROM sagaflow_migration") == kBuiltin);
 }
 
 TEST_CASE("the migrations compiled in are the files in sql/") {
@@ -71,7 +88,7 @@ TEST_CASE("a migration changed after it was applied is refused, and nothing else
     MigrateBlocking(db.Url(), BuiltinMigrations());
     auto tampered = BuiltinMigrations();
     tampered[0].sql += "\n-- an innocent edit\n";
-    tampered.push_back({2, "002_more.sql", "CREATE TABLE must_not_exist (id int);"});
+    tampered.push_back(Later("more", "CREATE TABLE must_not_exist (id int);"));
     std::string error;
     try {
         MigrateBlocking(db.Url(), tampered);
@@ -83,20 +100,25 @@ TEST_CASE("a migration changed after it was applied is refused, and nothing else
     CHECK(Count(db.Url(), "SELECT count(*) FROM information_schema.tables WHERE table_name = 'must_not_exist'") == 0);
 
     // A database migrated by a newer sagaflow is refused by an older one.
-    MigrateBlocking(db.Url(), {BuiltinMigrations()[0], {2, "002_more.sql", "CREATE TABLE newer (id int);"}});
-    CHECK_THROWS_WITH_AS(MigrateBlocking(db.Url(), BuiltinMigrations()),
-                         doctest::Contains("the database has migration 002_more.sql that this sagaflow does not know"),
-                         MigrationError);
+    auto newer = BuiltinMigrations();
+    newer.push_back(Later("newer", "CREATE TABLE newer (id int);"));
+    MigrateBlocking(db.Url(), newer);
+    CHECK_THROWS_WITH_AS(
+        MigrateBlocking(db.Url(), BuiltinMigrations()),
+        doctest::Contains(
+            ("the database has migration " + newer.back().name + " that this sagaflow does not know").c_str()),
+        MigrationError);
 }
 
 TEST_CASE("a failing migration is rolled back whole") {
     ScratchDatabase db;
     auto broken = BuiltinMigrations();
-    broken.push_back({2, "002_broken.sql", "CREATE TABLE half (id int); SELECT no_such_function();"});
-    CHECK_THROWS_WITH_AS(
-        MigrateBlocking(db.Url(), broken), doctest::Contains("migration 002_broken.sql failed"), MigrationError);
+    broken.push_back(Later("broken", "CREATE TABLE half (id int); SELECT no_such_function();"));
+    CHECK_THROWS_WITH_AS(MigrateBlocking(db.Url(), broken),
+                         doctest::Contains(("migration " + broken.back().name + " failed").c_str()),
+                         MigrationError);
     CHECK(Count(db.Url(), "SELECT count(*) FROM information_schema.tables WHERE table_name = 'half'") == 0);
-    CHECK(Count(db.Url(), "SELECT count(*) FROM sagaflow_migration") == 1);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM sagaflow_migration") == kBuiltin);
 }
 
 TEST_CASE("concurrent migrators end with one applied set") {
@@ -119,7 +141,7 @@ TEST_CASE("concurrent migrators end with one applied set") {
     const auto appliers =
         std::count_if(reports.begin(), reports.end(), [](const auto& r) { return !r.applied.empty(); });
     CHECK(appliers == 1);
-    CHECK(Count(db.Url(), "SELECT count(*) FROM sagaflow_migration") == 1);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM sagaflow_migration") == kBuiltin);
 }
 
 TEST_CASE("inbox race: 16 threads deliver the same 1,000 ids; every effect happens exactly once") {
