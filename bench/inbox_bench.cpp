@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "outbox/uuid.hpp"
 #include "store/inbox.hpp"
 #include "store/migrations.hpp"
 
@@ -36,26 +37,15 @@ struct Options {
     std::string json_path;
 };
 
-std::string NewUuid(std::mt19937_64& rng) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string id;
-    for (int i = 0; i < 32; ++i) {
-        if (i == 8 || i == 12 || i == 16 || i == 20) id += '-';
-        id += kHex[rng() % 16];
-    }
-    return id;
-}
-
 using Work = std::function<void(pqxx::connection&, const std::vector<std::string>& ids)>;
 
 // Runs `work` over `events` fresh ids split among the clients; returns events per second.
 double MeasureOnce(const Options& o, const std::string& name, int per_tx, const Work& work) {
     std::vector<std::vector<std::vector<std::string>>> chunks(static_cast<std::size_t>(o.clients));
-    std::mt19937_64 rng{std::random_device{}()};
     for (int c = 0; c < o.clients; ++c) {
         for (int done = 0; done < o.events / o.clients; done += per_tx) {
             std::vector<std::string> ids;
-            for (int i = 0; i < per_tx; ++i) ids.push_back(NewUuid(rng));
+            for (int i = 0; i < per_tx; ++i) ids.push_back(sagaflow::outbox::NewUuidV7());
             chunks[static_cast<std::size_t>(c)].push_back(std::move(ids));
         }
     }

@@ -106,20 +106,8 @@ TEST_CASE("the broker stopped for 10 s mid-stream: the relay resumes by itself a
     CHECK(Unpublished(check) == 0);
 
     const auto records = testing::ReadTopic(broker.Brokers(), topic, 0, std::chrono::seconds(120));
-    std::map<std::string, std::string> value_of;
-    std::map<std::string, int> next_seq;
-    int out_of_order = 0;
-    for (const auto& record : records) {
-        const auto value = nlohmann::json::parse(record.value);
-        const auto [it, fresh] = value_of.emplace(value["id"].get<std::string>(), record.value);
-        if (!fresh) {
-            CHECK(it->second == record.value);
-            continue;
-        }
-        const int seq = value["data"]["seq"].get<int>();
-        out_of_order += seq == next_seq[record.key] ? 0 : 1;
-        next_seq[record.key] = seq + 1;
-    }
-    CHECK(value_of.size() == static_cast<std::size_t>(written.load()));
-    CHECK(out_of_order == 0);
+    const auto stream = testing::AuditEventStream(records);
+    CHECK(stream.changed_duplicates == 0);
+    CHECK(stream.value_of.size() == static_cast<std::size_t>(written.load()));
+    CHECK(stream.out_of_order == 0);
 }

@@ -84,20 +84,9 @@ TEST_CASE("injected produce errors are retried without any event id changing") {
     CHECK(unpublished == 0);
 
     const auto records = testing::ReadTopic(brokers, topic, 0, std::chrono::seconds(60));
-    std::map<std::string, std::string> value_of;
-    std::map<std::string, int> next_seq;
-    int out_of_order = 0;
-    for (const auto& record : records) {
-        const auto value = nlohmann::json::parse(record.value);
-        const auto [it, fresh] = value_of.emplace(value["id"].get<std::string>(), record.value);
-        if (!fresh) {
-            CHECK(it->second == record.value);
-            continue;
-        }
-        const int seq = value["data"]["seq"].get<int>();
-        out_of_order += seq == next_seq[record.key] ? 0 : 1;
-        next_seq[record.key] = seq + 1;
-    }
+    const auto stream = testing::AuditEventStream(records);
+    CHECK(stream.changed_duplicates == 0);  // a resend is the same event: same id, same bytes
+    const int out_of_order = stream.out_of_order;
     std::set<std::string> outbox_ids;
     {
         pqxx::read_transaction tx{check};
@@ -105,7 +94,7 @@ TEST_CASE("injected produce errors are retried without any event id changing") {
             outbox_ids.insert(row[0].as<std::string>());
     }
     std::set<std::string> topic_ids;
-    for (const auto& [id, unused] : value_of) topic_ids.insert(id);
+    for (const auto& [id, unused] : stream.value_of) topic_ids.insert(id);
     CHECK(topic_ids == outbox_ids);  // every row, under its one event id
     CHECK(out_of_order == 0);
     // Every retry happened inside librdkafka, with the message it already had: the relay never

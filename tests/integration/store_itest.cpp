@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "outbox/uuid.hpp"
 #include "store/inbox.hpp"
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
@@ -41,16 +42,6 @@ long long Count(const std::string& url, const std::string& sql) {
     pqxx::connection conn{url};
     pqxx::read_transaction tx{conn};
     return tx.exec1(sql)[0].as<long long>();
-}
-
-std::string NewUuid(std::mt19937_64& rng) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string id;
-    for (int i = 0; i < 32; ++i) {
-        if (i == 8 || i == 12 || i == 16 || i == 20) id += '-';
-        id += kHex[rng() % 16];
-    }
-    return id;
 }
 
 }  // namespace
@@ -149,9 +140,8 @@ TEST_CASE("inbox race: 16 threads deliver the same 1,000 ids; every effect happe
     MigrateBlocking(db.Url(), BuiltinMigrations());
     constexpr int kEvents = 1000;
     constexpr int kThreads = 16;
-    std::mt19937_64 rng{42};
     std::vector<std::string> ids;
-    for (int i = 0; i < kEvents; ++i) ids.push_back(NewUuid(rng));
+    for (int i = 0; i < kEvents; ++i) ids.push_back(sagaflow::outbox::NewUuidV7());
     {
         pqxx::connection conn{db.Url()};
         pqxx::work tx{conn};
@@ -187,9 +177,8 @@ TEST_CASE("inbox race: 16 threads deliver the same 1,000 ids; every effect happe
 TEST_CASE("batched inbox returns exactly the fresh ids; consumers are independent") {
     ScratchDatabase db;
     MigrateBlocking(db.Url(), BuiltinMigrations());
-    std::mt19937_64 rng{7};
     std::vector<std::string> ids;
-    for (int i = 0; i < 10; ++i) ids.push_back(NewUuid(rng));
+    for (int i = 0; i < 10; ++i) ids.push_back(sagaflow::outbox::NewUuidV7());
     pqxx::connection conn{db.Url()};
     PrepareInbox(conn);
     {

@@ -1,6 +1,7 @@
 #include "tests/support/kafka_read.hpp"
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 
 #include "outbox/detail/rdkafka.hpp"
 #include "tests/support/services.hpp"
@@ -65,6 +66,29 @@ std::vector<ReadRecord> ReadTopic(const std::string& brokers,
     }
     rd_kafka_consumer_close(consumer.get());
     return records;
+}
+
+}  // namespace sagaflow::testing
+
+namespace sagaflow::testing {
+
+EventStream AuditEventStream(const std::vector<ReadRecord>& records) {
+    EventStream stream;
+    std::map<std::string, int> next_seq;
+    for (const auto& record : records) {
+        const auto value = nlohmann::json::parse(record.value);
+        const auto [it, fresh] = stream.value_of.emplace(value["id"].get<std::string>(), record.value);
+        if (!fresh) {
+            ++stream.duplicates;
+            stream.changed_duplicates += it->second == record.value ? 0 : 1;
+            continue;
+        }
+        if (!value["data"].contains("seq")) continue;
+        const int seq = value["data"]["seq"].get<int>();
+        stream.out_of_order += seq == next_seq[record.key] ? 0 : 1;
+        next_seq[record.key] = seq + 1;
+    }
+    return stream;
 }
 
 }  // namespace sagaflow::testing

@@ -24,3 +24,19 @@ std::vector<ReadRecord> ReadTopic(const std::string& brokers,
                                   std::chrono::seconds timeout);
 
 }  // namespace sagaflow::testing
+
+namespace sagaflow::testing {
+
+// What a stream of CloudEvents on a topic shows: each event id once (first occurrence), how many
+// records repeated an id, how many of those differed in bytes (must be none), and how many first
+// occurrences broke the per-key order of data.seq (when the events carry one).
+struct EventStream {
+    std::map<std::string, std::string> value_of;  // event id -> record value
+    int duplicates = 0;
+    int changed_duplicates = 0;
+    int out_of_order = 0;
+};
+
+EventStream AuditEventStream(const std::vector<ReadRecord>& records);
+
+}  // namespace sagaflow::testing
