@@ -111,6 +111,10 @@ class Relay::Impl {
             EnsureProducer();
             notified = false;
             const int published = PublishBatch(*conn);
+            if (published < 0) {  // rolled back: a new producer, and the same rows again
+                SleepUnlessStopping(options_.initial_backoff);
+                continue;
+            }
             if (published >= options_.batch_size) continue;  // more may be waiting
             // Idle: wait for a NOTIFY, in slices so Stop() is seen quickly.
             const auto deadline = std::chrono::steady_clock::now() + options_.poll_interval;
@@ -143,7 +147,8 @@ class Relay::Impl {
         return reason.data();
     }
 
-    // Returns the number of rows claimed (published or scheduled again).
+    // Returns the number of rows claimed (published or scheduled again), or -1 when the batch was
+    // rolled back (fatal producer error, or stopping with deliveries unacknowledged).
     int PublishBatch(pqxx::connection& conn) {
         pqxx::work tx{conn};
         const auto rows = tx.exec_prepared("claim", options_.batch_size);
@@ -185,6 +190,8 @@ class Relay::Impl {
                 static_cast<void>(headers.release());  // owned by librdkafka now
                 slot.produced = true;
                 ++pending_;
+            } else if (err == RD_KAFKA_RESP_ERR__FATAL) {
+                break;  // the producer is unusable: handled below, not the row's fault
             } else {
                 slot.err = err;
                 blocked_keys.insert(slot.key);
@@ -205,7 +212,10 @@ class Relay::Impl {
                 }
             }
         }
-        if (pending_ > 0) {
+        // A fatal error may also arrive as the error of every delivery report: then it is the
+        // producer's failure, not the rows', and nothing may be marked failed.
+        if (fatal.empty()) fatal = FatalError();
+        if (pending_ > 0 || !fatal.empty()) {
             tx.abort();
             ++metrics_.failed_batches;
             if (!fatal.empty()) {
@@ -222,7 +232,7 @@ class Relay::Impl {
             rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
             rd_kafka_poll(producer_.get(), 0);
             producer_.reset();
-            return 0;
+            return -1;
         }
         std::string delivered = "{";
         for (const auto& slot : slots) {

@@ -111,3 +111,53 @@ TEST_CASE("injected produce errors are retried without any event id changing") {
     MESSAGE("records: " << records.size() << " for " << kRows << " rows");
     rd_kafka_mock_cluster_destroy(cluster);
 }
+
+TEST_CASE("a fatal producer error replaces the producer; the batch is published again under the same ids") {
+    testing::ScratchDatabase db;
+    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+    auto host = outbox::detail::MakeClient(RD_KAFKA_PRODUCER, outbox::detail::MakeConf({{"log_level", "3"}}));
+    rd_kafka_mock_cluster_t* cluster = rd_kafka_mock_cluster_new(host.get(), 1);
+    REQUIRE(cluster != nullptr);
+    const std::string brokers = rd_kafka_mock_cluster_bootstraps(cluster);
+    const std::string topic = "mock-fatal";
+    REQUIRE(rd_kafka_mock_topic_create(cluster, topic.c_str(), 1, 1) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    constexpr int kRows = 300;
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        for (int j = 0; j < kRows; ++j) {
+            outbox::CloudEvent event;
+            event.type = "Test.v1";
+            event.source = "sagaflow/chaos";
+            event.data = {{"seq", j}};
+            outbox::Enqueue(tx, topic, "k", event);
+        }
+        tx.commit();
+    }
+    // With the gap-less guarantee, a sequence error the producer cannot repair is fatal.
+    rd_kafka_mock_push_request_errors(cluster, kProduceApiKey, 1, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER);
+    outbox::RelayOptions options;
+    options.db_url = db.Url();
+    options.brokers = brokers;
+    options.properties = {{"log_level", "2"}, {"enable.gapless.guarantee", "true"}};
+    outbox::Relay relay{options};
+    relay.Start();
+    pqxx::connection check{db.Url()};
+    long long unpublished = -1;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+        pqxx::read_transaction tx{check};
+        unpublished = tx.exec1("SELECT count(*) FROM outbox WHERE published_at IS NULL")[0].as<long long>();
+        if (unpublished == 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    relay.Stop();
+    CHECK(unpublished == 0);
+    CHECK(relay.Metrics().producer_restarts.load() >= 1);
+    const auto records = testing::ReadTopic(brokers, topic, 0, std::chrono::seconds(60));
+    const auto stream = testing::AuditEventStream(records);
+    CHECK(stream.value_of.size() == static_cast<std::size_t>(kRows));
+    CHECK(stream.changed_duplicates == 0);
+    MESSAGE("records: " << records.size() << ", restarts: " << relay.Metrics().producer_restarts.load());
+    rd_kafka_mock_cluster_destroy(cluster);
+}
