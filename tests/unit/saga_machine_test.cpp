@@ -1,0 +1,230 @@
+// Every transition of the pure saga state machine, including compensation paths and duplicate or
+// out-of-order events.
+#include <doctest/doctest.h>
+
+#include "engine/definition_loader.hpp"
+#include "engine/saga_machine.hpp"
+
+using namespace sagaflow::machine;
+using sagaflow::SagaDefinition;
+
+namespace {
+
+const SagaDefinition& OrderPayment() {
+    static const SagaDefinition definition = [] {
+        auto result = sagaflow::LoadDefinitionString(R"(
+saga: order-payment
+version: 1
+defaults:
+  timeout: 5s
+  retry: {maxAttempts: 3, backoff: {initial: 100ms, max: 1s, multiplier: 2}}
+  compensationRetry: {maxAttempts: 2, backoff: {initial: 1s, max: 1s}}
+steps:
+  - {name: create-order, participant: order, kind: compensatable, command: CreateOrder, compensation: CancelOrder}
+  - name: charge-payment
+    participant: payment
+    kind: compensatable
+    command: ChargePayment
+    compensation: RefundPayment
+    save: {paymentId: $.reply.paymentId}
+  - {name: approve-order, participant: order, kind: retriable, command: ApproveOrder, retry: {maxAttempts: 2}}
+)",
+                                                     "order-payment.yaml");
+        REQUIRE(result.definition);
+        return *result.definition;
+    }();
+    return definition;
+}
+
+const SagaDefinition& WithPivot() {
+    static const SagaDefinition definition = [] {
+        auto result = sagaflow::LoadDefinitionString(R"(
+saga: trip
+version: 1
+defaults: {retry: {maxAttempts: 2}}
+steps:
+  - {name: hold, participant: hotel, kind: compensatable, command: Hold, compensation: Release}
+  - {name: charge, participant: pay, kind: pivot, command: Charge}
+  - {name: confirm, participant: hotel, kind: retriable, command: Confirm}
+)",
+                                                     "trip.yaml");
+        REQUIRE(result.definition);
+        return *result.definition;
+    }();
+    return definition;
+}
+
+// Feeds events one after another, keeping the state; returns the last decision.
+struct Run {
+    const SagaDefinition& definition;
+    SagaState state;
+    Decision last;
+
+    Decision& operator()(const Event& event) {
+        last = Decide(definition, state, event);
+        state = last.state;
+        return last;
+    }
+};
+
+Reply Ok(const std::string& step, nlohmann::json data = nlohmann::json::object(), int attempt = 1) {
+    return Reply{step, Phase::kAction, attempt, Outcome::kSuccess, std::move(data)};
+}
+Reply Fail(const std::string& step) {
+    return Reply{step, Phase::kAction, 1, Outcome::kFailure, {}};
+}
+Reply CompOk(const std::string& step) {
+    return Reply{step, Phase::kCompensation, 1, Outcome::kSuccess, {}};
+}
+
+const Dispatch& OnlyDispatch(const Decision& d) {
+    REQUIRE(d.commands.size() == 1);
+    REQUIRE(std::holds_alternative<Dispatch>(d.commands[0]));
+    return std::get<Dispatch>(d.commands[0]);
+}
+
+SagaStatus FinishedAs(const Decision& d) {
+    REQUIRE(d.commands.size() == 1);
+    REQUIRE(std::holds_alternative<Finish>(d.commands[0]));
+    return std::get<Finish>(d.commands[0]).status;
+}
+
+}  // namespace
+
+TEST_CASE("happy path: each step is dispatched once, in order; replies save data; the saga completes") {
+    Run run{OrderPayment(), {}, {}};
+    CHECK(OnlyDispatch(run(Begin{})).step_name == "create-order");
+    CHECK(OnlyDispatch(run.last).timeout == std::chrono::seconds(5));
+    CHECK(OnlyDispatch(run(Ok("create-order"))).step_name == "charge-payment");
+    const auto& approve = OnlyDispatch(run(Ok("charge-payment", {{"paymentId", "p-7"}})));
+    CHECK(approve.step_name == "approve-order");
+    CHECK(run.state.data["paymentId"] == "p-7");
+    CHECK(run.state.current_step == 2);
+    CHECK(FinishedAs(run(Ok("approve-order"))) == SagaStatus::kCompleted);
+    CHECK(run.state.status == SagaStatus::kCompleted);
+    CHECK(run.state.phases.size() == 3);
+}
+
+TEST_CASE("a failure at each step compensates exactly the completed steps, newest first") {
+    SUBCASE("first step fails: nothing to undo") {
+        Run run{OrderPayment(), {}, {}};
+        run(Begin{});
+        CHECK(FinishedAs(run(Fail("create-order"))) == SagaStatus::kCompensated);
+        CHECK(run.state.phases.size() == 1);
+    }
+    SUBCASE("second step fails: the first is undone") {
+        Run run{OrderPayment(), {}, {}};
+        run(Begin{});
+        run(Ok("create-order"));
+        const auto& undo = OnlyDispatch(run(Fail("charge-payment")));
+        CHECK(undo.step_name == "create-order");
+        CHECK(undo.phase == Phase::kCompensation);
+        CHECK(run.state.status == SagaStatus::kCompensating);
+        CHECK(FinishedAs(run(CompOk("create-order"))) == SagaStatus::kCompensated);
+    }
+    SUBCASE("the retriable step never fails: a failure reply is retried") {
+        Run run{OrderPayment(), {}, {}};
+        run(Begin{});
+        run(Ok("create-order"));
+        run(Ok("charge-payment"));
+        const auto& d = run(Fail("approve-order"));
+        REQUIRE(d.commands.size() == 1);
+        CHECK(std::get<ScheduleRetry>(d.commands[0]).attempt == 2);
+        CHECK(run.state.status == SagaStatus::kRunning);
+    }
+}
+
+TEST_CASE("timeouts: durable retries with backoff and the same command, then compensation incl. the unknown step") {
+    Run run{OrderPayment(), {}, {}};
+    run(Begin{});
+    run(Ok("create-order"));
+    const auto& retry = run(Timeout{"charge-payment", Phase::kAction, 1});
+    REQUIRE(retry.commands.size() == 1);
+    CHECK(std::get<ScheduleRetry>(retry.commands[0]).attempt == 2);
+    CHECK(std::get<ScheduleRetry>(retry.commands[0]).delay == std::chrono::milliseconds(100));
+    CHECK(!run(Timeout{"charge-payment", Phase::kAction, 1}).ignored.empty());  // the same deadline again
+    const auto& resend = OnlyDispatch(run(RetryDue{"charge-payment", Phase::kAction, 2}));
+    CHECK(resend.attempt == 2);
+    run(Timeout{"charge-payment", Phase::kAction, 2});
+    CHECK(std::get<ScheduleRetry>(run.last.commands[0]).delay == std::chrono::milliseconds(200));
+    run(RetryDue{"charge-payment", Phase::kAction, 3});
+    // The last attempt times out: the charge may have happened, so it is refunded first.
+    const auto& refund = OnlyDispatch(run(Timeout{"charge-payment", Phase::kAction, 3}));
+    CHECK(refund.step_name == "charge-payment");
+    CHECK(refund.phase == Phase::kCompensation);
+    // The late answer of the charge changes nothing: its compensation is under way.
+    CHECK(run(Ok("charge-payment", {}, 3)).ignored == "the action of step 'charge-payment' is already answered");
+    CHECK(OnlyDispatch(run(CompOk("charge-payment"))).step_name == "create-order");
+    CHECK(FinishedAs(run(CompOk("create-order"))) == SagaStatus::kCompensated);
+    CHECK(run(Ok("charge-payment", {}, 3)).ignored == "the saga is already compensated");
+}
+
+TEST_CASE("a reply to an earlier attempt answers the step; a reply to an attempt not sent is refused") {
+    Run run{OrderPayment(), {}, {}};
+    run(Begin{});
+    run(Timeout{"create-order", Phase::kAction, 1});
+    run(RetryDue{"create-order", Phase::kAction, 2});
+    CHECK(run(Ok("create-order", {}, 3)).ignored == "reply to attempt 3, but only 2 were sent");
+    CHECK(OnlyDispatch(run(Ok("create-order", {}, 1))).step_name == "charge-payment");
+}
+
+TEST_CASE("duplicate, unknown and out-of-order events change nothing") {
+    Run run{OrderPayment(), {}, {}};
+    run(Begin{});
+    run(Ok("create-order"));
+    const SagaState before = run.state;
+    CHECK(run(Ok("create-order")).ignored == "the action of step 'create-order' is already answered");
+    CHECK(run.last.commands.empty());
+    CHECK(run(Ok("approve-order")).ignored == "the action of step 'approve-order' was never dispatched");
+    CHECK(run(Ok("no-such-step")).ignored == "no step named 'no-such-step' in this definition");
+    CHECK(run(CompOk("create-order")).ignored == "the compensation of step 'create-order' was never dispatched");
+    CHECK(run(RetryDue{"charge-payment", Phase::kAction, 2}).ignored == "no retry of attempt 2 is due");
+    CHECK(run(Begin{}).ignored == "the saga has already begun");
+    CHECK(run.state.phases.size() == before.phases.size());
+    CHECK(run.state.current_step == before.current_step);
+}
+
+TEST_CASE("a compensation is retried until its budget is spent, then the saga is parked as failed") {
+    Run run{OrderPayment(), {}, {}};
+    run(Begin{});
+    run(Ok("create-order"));
+    run(Fail("charge-payment"));
+    const auto& retry = run(Reply{"create-order", Phase::kCompensation, 1, Outcome::kFailure, {}});
+    CHECK(std::get<ScheduleRetry>(retry.commands[0]).delay == std::chrono::seconds(1));
+    run(RetryDue{"create-order", Phase::kCompensation, 2});
+    CHECK(FinishedAs(run(Timeout{"create-order", Phase::kCompensation, 2})) == SagaStatus::kFailed);
+    CHECK(run.state.parked_reason ==
+          "compensation of step 'create-order' did not succeed after 2 attempts; an operator must resolve it and "
+          "retry the saga");
+    CHECK(run(CompOk("create-order")).ignored == "the saga is already failed");
+}
+
+TEST_CASE("pivot: a failure compensates before it; an unknown outcome parks the saga; after it only retries") {
+    SUBCASE("pivot fails") {
+        Run run{WithPivot(), {}, {}};
+        run(Begin{});
+        run(Ok("hold"));
+        CHECK(OnlyDispatch(run(Fail("charge"))).step_name == "hold");
+    }
+    SUBCASE("pivot never answers") {
+        Run run{WithPivot(), {}, {}};
+        run(Begin{});
+        run(Ok("hold"));
+        run(Timeout{"charge", Phase::kAction, 1});
+        run(RetryDue{"charge", Phase::kAction, 2});
+        CHECK(FinishedAs(run(Timeout{"charge", Phase::kAction, 2})) == SagaStatus::kFailed);
+        CHECK(run.state.parked_reason ==
+              "the pivot 'charge' gave no definite answer after 2 attempts; an operator must decide whether it took "
+              "effect");
+    }
+    SUBCASE("a retriable step that never succeeds is parked, never compensated") {
+        Run run{WithPivot(), {}, {}};
+        run(Begin{});
+        run(Ok("hold"));
+        run(Ok("charge"));
+        run(Fail("confirm"));
+        run(RetryDue{"confirm", Phase::kAction, 2});
+        CHECK(FinishedAs(run(Fail("confirm"))) == SagaStatus::kFailed);
+        CHECK(run.state.Find("hold", Phase::kCompensation) == nullptr);
+    }
+}
