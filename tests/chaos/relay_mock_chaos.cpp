@@ -5,6 +5,7 @@
 // rdkafka_mock.h needs rdkafka.h first.
 #include <librdkafka/rdkafka_mock.h>
 
+#include <algorithm>
 #include <map>
 #include <pqxx/pqxx>
 #include <set>
@@ -20,36 +21,74 @@
 using namespace sagaflow;
 
 namespace {
+
 constexpr std::int16_t kProduceApiKey = 0;
-}
 
-TEST_CASE("injected produce errors are retried without any event id changing") {
-    testing::ScratchDatabase db;
-    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
-    auto host = outbox::detail::MakeClient(RD_KAFKA_PRODUCER, outbox::detail::MakeConf({{"log_level", "3"}}));
-    rd_kafka_mock_cluster_t* cluster = rd_kafka_mock_cluster_new(host.get(), 3);
-    REQUIRE(cluster != nullptr);
-    const std::string brokers = rd_kafka_mock_cluster_bootstraps(cluster);
-    const std::string topic = "mock-orders";
-    REQUIRE(rd_kafka_mock_topic_create(cluster, topic.c_str(), 4, 3) == RD_KAFKA_RESP_ERR_NO_ERROR);
-
-    constexpr int kRows = 2000;
-    {
+// A migrated scratch database with `rows` outbox rows for `topic`, spread over `keys` keys, each
+// carrying its per-key sequence number, and a mock Kafka cluster that has the topic.
+struct MockSetup {
+    MockSetup(const std::string& topic_name, int partitions, int brokers_count, int rows, int keys)
+        : topic(topic_name),
+          host(outbox::detail::MakeClient(RD_KAFKA_PRODUCER, outbox::detail::MakeConf({{"log_level", "3"}}))) {
+        store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+        cluster = rd_kafka_mock_cluster_new(host.get(), brokers_count);
+        REQUIRE(cluster != nullptr);
+        brokers = rd_kafka_mock_cluster_bootstraps(cluster);
+        REQUIRE(rd_kafka_mock_topic_create(cluster, topic.c_str(), partitions, brokers_count) ==
+                RD_KAFKA_RESP_ERR_NO_ERROR);
         pqxx::connection conn{db.Url()};
-        for (int n = 0; n < kRows; n += 100) {
+        for (int n = 0; n < rows; n += 100) {
             pqxx::work tx{conn};
-            for (int j = n; j < n + 100; ++j) {
+            for (int j = n; j < std::min(rows, n + 100); ++j) {
                 outbox::CloudEvent event;
                 event.type = "Test.v1";
                 event.source = "sagaflow/chaos";
-                event.data = {{"seq", j / 20}};
-                outbox::Enqueue(tx, topic, "k" + std::to_string(j % 20), event);
+                event.data = {{"seq", j / keys}};
+                outbox::Enqueue(tx, topic, "k" + std::to_string(j % keys), event);
             }
             tx.commit();
         }
     }
+    ~MockSetup() { rd_kafka_mock_cluster_destroy(cluster); }
+
+    outbox::RelayOptions Relay(outbox::KafkaProperties properties) const {
+        outbox::RelayOptions options;
+        options.db_url = db.Url();
+        options.brokers = brokers;
+        options.properties = std::move(properties);
+        return options;
+    }
+
+    // Runs the relay until every row is published or `timeout` passes; returns the rows left.
+    long long PublishAll(outbox::Relay& relay, std::chrono::seconds timeout) const {
+        relay.Start();
+        pqxx::connection check{db.Url()};
+        long long unpublished = -1;
+        const auto deadline = std::chrono::steady_clock::now() + timeout;
+        while (std::chrono::steady_clock::now() < deadline) {
+            pqxx::read_transaction tx{check};
+            unpublished = tx.exec1("SELECT count(*) FROM outbox WHERE published_at IS NULL")[0].as<long long>();
+            if (unpublished == 0) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        relay.Stop();
+        return unpublished;
+    }
+
+    testing::ScratchDatabase db;
+    std::string topic;
+    outbox::detail::ClientPtr host;
+    rd_kafka_mock_cluster_t* cluster = nullptr;
+    std::string brokers;
+};
+
+}  // namespace
+
+TEST_CASE("injected produce errors are retried without any event id changing") {
+    constexpr int kRows = 2000;
+    MockSetup mock{"mock-orders", 4, 3, kRows, 20};
     // Retriable broker errors and dropped connections on the first produce requests.
-    rd_kafka_mock_push_request_errors(cluster,
+    rd_kafka_mock_push_request_errors(mock.cluster,
                                       kProduceApiKey,
                                       12,
                                       RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
@@ -64,29 +103,15 @@ TEST_CASE("injected produce errors are retried without any event id changing") {
                                       RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
                                       RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
                                       RD_KAFKA_RESP_ERR__TRANSPORT);
-    outbox::RelayOptions options;
-    options.db_url = db.Url();
-    options.brokers = brokers;
+    auto options = mock.Relay({{"log_level", "2"}});
     options.batch_size = 200;
-    options.properties = {{"log_level", "2"}};
     outbox::Relay relay{options};
-    relay.Start();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    pqxx::connection check{db.Url()};
-    long long unpublished = -1;
-    while (std::chrono::steady_clock::now() < deadline) {
-        pqxx::read_transaction tx{check};
-        unpublished = tx.exec1("SELECT count(*) FROM outbox WHERE published_at IS NULL")[0].as<long long>();
-        if (unpublished == 0) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    relay.Stop();
-    CHECK(unpublished == 0);
+    CHECK(mock.PublishAll(relay, std::chrono::seconds(120)) == 0);
+    pqxx::connection check{mock.db.Url()};
 
-    const auto records = testing::ReadTopic(brokers, topic, 0, std::chrono::seconds(60));
+    const auto records = testing::ReadTopic(mock.brokers, mock.topic, 0, std::chrono::seconds(60));
     const auto stream = testing::AuditEventStream(records);
     CHECK(stream.changed_duplicates == 0);  // a resend is the same event: same id, same bytes
-    const int out_of_order = stream.out_of_order;
     std::set<std::string> outbox_ids;
     {
         pqxx::read_transaction tx{check};
@@ -96,7 +121,7 @@ TEST_CASE("injected produce errors are retried without any event id changing") {
     std::set<std::string> topic_ids;
     for (const auto& [id, unused] : stream.value_of) topic_ids.insert(id);
     CHECK(topic_ids == outbox_ids);  // every row, under its one event id
-    CHECK(out_of_order == 0);
+    CHECK(stream.out_of_order == 0);
     // Every retry happened inside librdkafka, with the message it already had: the relay never
     // rolled a batch back and never produced a row twice.
     CHECK(relay.Metrics().failed_batches.load() == 0);
@@ -109,55 +134,19 @@ TEST_CASE("injected produce errors are retried without any event id changing") {
     // sequence as a real broker does (the real-broker tests assert exactly one record per id).
     // Each such duplicate was checked above to carry the same id and the same bytes.
     MESSAGE("records: " << records.size() << " for " << kRows << " rows");
-    rd_kafka_mock_cluster_destroy(cluster);
 }
 
 TEST_CASE("a fatal producer error replaces the producer; the batch is published again under the same ids") {
-    testing::ScratchDatabase db;
-    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
-    auto host = outbox::detail::MakeClient(RD_KAFKA_PRODUCER, outbox::detail::MakeConf({{"log_level", "3"}}));
-    rd_kafka_mock_cluster_t* cluster = rd_kafka_mock_cluster_new(host.get(), 1);
-    REQUIRE(cluster != nullptr);
-    const std::string brokers = rd_kafka_mock_cluster_bootstraps(cluster);
-    const std::string topic = "mock-fatal";
-    REQUIRE(rd_kafka_mock_topic_create(cluster, topic.c_str(), 1, 1) == RD_KAFKA_RESP_ERR_NO_ERROR);
     constexpr int kRows = 300;
-    {
-        pqxx::connection conn{db.Url()};
-        pqxx::work tx{conn};
-        for (int j = 0; j < kRows; ++j) {
-            outbox::CloudEvent event;
-            event.type = "Test.v1";
-            event.source = "sagaflow/chaos";
-            event.data = {{"seq", j}};
-            outbox::Enqueue(tx, topic, "k", event);
-        }
-        tx.commit();
-    }
+    MockSetup mock{"mock-fatal", 1, 1, kRows, 1};
     // With the gap-less guarantee, a sequence error the producer cannot repair is fatal.
-    rd_kafka_mock_push_request_errors(cluster, kProduceApiKey, 1, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER);
-    outbox::RelayOptions options;
-    options.db_url = db.Url();
-    options.brokers = brokers;
-    options.properties = {{"log_level", "2"}, {"enable.gapless.guarantee", "true"}};
-    outbox::Relay relay{options};
-    relay.Start();
-    pqxx::connection check{db.Url()};
-    long long unpublished = -1;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
-        pqxx::read_transaction tx{check};
-        unpublished = tx.exec1("SELECT count(*) FROM outbox WHERE published_at IS NULL")[0].as<long long>();
-        if (unpublished == 0) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    relay.Stop();
-    CHECK(unpublished == 0);
+    rd_kafka_mock_push_request_errors(mock.cluster, kProduceApiKey, 1, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER);
+    outbox::Relay relay{mock.Relay({{"log_level", "2"}, {"enable.gapless.guarantee", "true"}})};
+    CHECK(mock.PublishAll(relay, std::chrono::seconds(60)) == 0);
     CHECK(relay.Metrics().producer_restarts.load() >= 1);
-    const auto records = testing::ReadTopic(brokers, topic, 0, std::chrono::seconds(60));
+    const auto records = testing::ReadTopic(mock.brokers, mock.topic, 0, std::chrono::seconds(60));
     const auto stream = testing::AuditEventStream(records);
     CHECK(stream.value_of.size() == static_cast<std::size_t>(kRows));
     CHECK(stream.changed_duplicates == 0);
     MESSAGE("records: " << records.size() << ", restarts: " << relay.Metrics().producer_restarts.load());
-    rd_kafka_mock_cluster_destroy(cluster);
 }
