@@ -122,8 +122,9 @@ class Consumer::Impl {
 
     void Process(std::vector<Record>& batch) {
         for (auto& record : batch) {
-            if (!record.inbound) DeadLetter(record, record.reason);
+            if (!record.inbound) EnqueueDeadLetter(record, record.reason);
         }
+        FlushDeadLetters();
         std::vector<std::string> ids;
         for (const auto& record : batch) {
             if (record.inbound) ids.push_back(record.inbound->event.id);
@@ -159,8 +160,10 @@ class Consumer::Impl {
             }
             if (!done) {
                 if (stopping_.load()) throw std::runtime_error("stopping");
-                DeadLetter(record,
-                           "handler failed " + std::to_string(options_.max_handler_attempts) + " times: " + last_error);
+                EnqueueDeadLetter(
+                    record,
+                    "handler failed " + std::to_string(options_.max_handler_attempts) + " times: " + last_error);
+                FlushDeadLetters();
             }
         }
     }
@@ -192,9 +195,9 @@ class Consumer::Impl {
         ++metrics_.applied;
     }
 
-    // Produces the record as it came, plus why, to <topic>.dlq and waits for the broker's ack: the
-    // offset may be committed only once the record is safe there.
-    void DeadLetter(Record& record, const std::string& reason) {
+    // Produces the record as it came, plus why, to <topic>.dlq. FlushDeadLetters then waits for the
+    // broker's acks, once for all of a batch: the offset may be committed only once they are safe.
+    void EnqueueDeadLetter(Record& record, const std::string& reason) {
         const rd_kafka_message_t* message = record.message.get();
         const std::string topic = TopicOf(message) + ".dlq";
         detail::HeadersPtr headers{rd_kafka_headers_new(4)};
@@ -218,23 +221,40 @@ class Consumer::Impl {
             throw std::runtime_error("cannot move " + where + " to " + topic + ": " + detail::ErrorText(err));
         }
         static_cast<void>(headers.release());
+        ++unflushed_dead_letters_;
+        spdlog::warn("consumer {}: moving {} to {}: {}", options_.group_id, where, topic, reason);
+    }
+
+    void FlushDeadLetters() {
+        if (unflushed_dead_letters_ == 0) return;
         if (rd_kafka_flush(dlq_.get(), 30'000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            throw std::runtime_error("the dead-letter topic " + topic + " did not acknowledge within 30 s");
+            unflushed_dead_letters_ = 0;  // the batch is read again and they are produced again
+            throw std::runtime_error("the dead-letter topic did not acknowledge within 30 s");
         }
-        ++metrics_.dead_lettered;
-        spdlog::warn("consumer {}: moved {} to {}: {}", options_.group_id, where, topic, reason);
+        metrics_.dead_lettered += unflushed_dead_letters_;
+        unflushed_dead_letters_ = 0;
+    }
+
+    // Per (topic, partition) of the batch: the offset after its last record (to commit), or the
+    // offset of its first record (to rewind to).
+    enum class Edge { kFirst, kNext };
+    static detail::TopicPartitionListPtr BatchOffsets(const std::vector<Record>& batch, Edge edge) {
+        std::map<std::pair<std::string, std::int32_t>, std::int64_t> offsets;
+        for (const auto& record : batch) {
+            const auto where = std::pair{TopicOf(record.message.get()), record.message->partition};
+            const std::int64_t offset = record.message->offset + (edge == Edge::kNext ? 1 : 0);
+            const auto [it, fresh] = offsets.emplace(where, offset);
+            if (!fresh) it->second = edge == Edge::kNext ? std::max(it->second, offset) : std::min(it->second, offset);
+        }
+        detail::TopicPartitionListPtr list{rd_kafka_topic_partition_list_new(static_cast<int>(offsets.size()))};
+        for (const auto& [where, offset] : offsets) {
+            rd_kafka_topic_partition_list_add(list.get(), where.first.c_str(), where.second)->offset = offset;
+        }
+        return list;
     }
 
     void CommitOffsets(const std::vector<Record>& batch) {
-        std::map<std::pair<std::string, std::int32_t>, std::int64_t> next;
-        for (const auto& record : batch) {
-            auto& offset = next[{TopicOf(record.message.get()), record.message->partition}];
-            offset = std::max(offset, record.message->offset + 1);
-        }
-        detail::TopicPartitionListPtr list{rd_kafka_topic_partition_list_new(static_cast<int>(next.size()))};
-        for (const auto& [where, offset] : next) {
-            rd_kafka_topic_partition_list_add(list.get(), where.first.c_str(), where.second)->offset = offset;
-        }
+        const auto list = BatchOffsets(batch, Edge::kNext);
         if (const auto err = rd_kafka_commit(consumer_.get(), list.get(), 0); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             // Applied in the database already: a redelivery is dropped by the inbox.
             spdlog::warn("consumer {}: offset commit failed: {}", options_.group_id, detail::ErrorText(err));
@@ -242,16 +262,7 @@ class Consumer::Impl {
     }
 
     void Rewind(const std::vector<Record>& batch) {
-        std::map<std::pair<std::string, std::int32_t>, std::int64_t> first;
-        for (const auto& record : batch) {
-            const auto where = std::pair{TopicOf(record.message.get()), record.message->partition};
-            const auto it = first.find(where);
-            if (it == first.end() || record.message->offset < it->second) first[where] = record.message->offset;
-        }
-        detail::TopicPartitionListPtr list{rd_kafka_topic_partition_list_new(static_cast<int>(first.size()))};
-        for (const auto& [where, offset] : first) {
-            rd_kafka_topic_partition_list_add(list.get(), where.first.c_str(), where.second)->offset = offset;
-        }
+        const auto list = BatchOffsets(batch, Edge::kFirst);
         if (rd_kafka_error_t* error = rd_kafka_seek_partitions(consumer_.get(), list.get(), 5000)) {
             spdlog::warn("consumer {}: rewind failed: {}", options_.group_id, rd_kafka_error_string(error));
             rd_kafka_error_destroy(error);
@@ -279,6 +290,7 @@ class Consumer::Impl {
     std::atomic<bool>& stopping_;
     detail::ClientPtr consumer_;
     detail::ClientPtr dlq_;
+    std::uint64_t unflushed_dead_letters_ = 0;  // consumer thread only
 };
 
 Consumer::Consumer(store::ConnectionPool& pool, ConsumerOptions options, EventHandler handler)

@@ -20,16 +20,18 @@ std::chrono::hours ValidateTtl(std::chrono::hours ttl) {
 
 namespace {
 
-long long DeleteInBatches(
-    pqxx::connection& conn, const std::string& table, const std::string& condition, long long hours, int batch_size) {
+// Deletes the rows matching `condition` in transactions of at most `batch_size` rows (ctid
+// batches), so each holds its locks briefly.
+long long DeleteInBatches(pqxx::connection& conn,
+                          const std::string& table,
+                          const std::string& condition,
+                          int batch_size) {
+    const std::string sql = "DELETE FROM " + table + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " + table + " WHERE " +
+                            condition + " LIMIT $1))";
     long long total = 0;
     for (;;) {
         pqxx::work tx{conn};
-        // ctid batches: each transaction touches at most batch_size rows and holds its locks briefly.
-        const auto result = tx.exec_params("DELETE FROM " + table + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " +
-                                               table + " WHERE " + condition + " LIMIT $2))",
-                                           hours,
-                                           batch_size);
+        const auto result = tx.exec_params(sql, batch_size);
         tx.commit();
         total += static_cast<long long>(result.affected_rows());
         if (result.affected_rows() < static_cast<std::size_t>(batch_size)) return total;
@@ -41,12 +43,14 @@ long long DeleteInBatches(
 SweepReport SweepOnce(pqxx::connection& conn, std::chrono::hours ttl, int batch_size) {
     ValidateTtl(ttl);
     SweepReport report;
-    report.processed_events = DeleteInBatches(
-        conn, "processed_event", "processed_at < now() - make_interval(hours => $1::int)", ttl.count(), batch_size);
-    // Idempotency records carry their own expiry, set from the TTL when they were written; $1 is
-    // unused there but keeps one statement shape.
-    report.idempotency_records =
-        DeleteInBatches(conn, "idempotency_record", "expires_at < now() AND $1::int >= 0", ttl.count(), batch_size);
+    // The TTL is a validated integer, so it goes into the statement as text.
+    report.processed_events =
+        DeleteInBatches(conn,
+                        "processed_event",
+                        "processed_at < now() - interval '" + std::to_string(ttl.count()) + " hours'",
+                        batch_size);
+    // Idempotency records carry their own expiry, set from the TTL when they were written.
+    report.idempotency_records = DeleteInBatches(conn, "idempotency_record", "expires_at < now()", batch_size);
     return report;
 }
 
