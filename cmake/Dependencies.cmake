@@ -17,6 +17,12 @@ pkg_check_modules(PQXX QUIET IMPORTED_TARGET libpqxx>=6.4)
 if(NOT PQXX_FOUND)
     sagaflow_missing("libpqxx >= 6.4" "libpqxx-dev")
 endif()
+# spdlog (Debian libspdlog-dev): leveled, formatted logging shared by every module.
+find_package(spdlog QUIET)
+if(NOT spdlog_FOUND)
+    sagaflow_missing("spdlog" "libspdlog-dev")
+endif()
+
 find_package(Boost 1.81 QUIET)
 if(NOT Boost_FOUND)
     sagaflow_missing("Boost 1.81" "libboost1.81-dev")

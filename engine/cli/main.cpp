@@ -5,12 +5,14 @@
 #include <chrono>
 #include <csignal>
 #include <iostream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/definition_graph.hpp"
 #include "engine/definition_loader.hpp"
+#include "engine/engine.hpp"
 #include "engine/version.hpp"
 #include "outbox/relay.hpp"
 #include "store/migrations.hpp"
@@ -109,6 +111,71 @@ int RunRelay(const std::string& url, const std::string& brokers) {
     return 0;
 }
 
+struct RunFlags {
+    std::string brokers;
+    std::vector<std::string> sagas;
+    std::string group = "sagaflow-engine";
+    std::string replies_topic = "sagaflow.replies";
+    std::string instance;
+    bool no_relay = false;
+    bool static_membership = false;
+    std::vector<std::string> kafka_properties;
+    std::vector<std::string> consumer_properties;
+};
+
+// KEY=VALUE pairs into a property map; a pair without '=' is a usage error naming the flag.
+std::map<std::string, std::string> Properties(const std::vector<std::string>& pairs, const std::string& flag) {
+    std::map<std::string, std::string> out;
+    for (const auto& pair : pairs) {
+        const auto eq = pair.find('=');
+        if (eq == std::string::npos || eq == 0) {
+            throw CLI::ValidationError(flag, "'" + pair + "' is not KEY=VALUE");
+        }
+        out[pair.substr(0, eq)] = pair.substr(eq + 1);
+    }
+    return out;
+}
+
+// Runs the engine until SIGINT/SIGTERM; prints a progress line every 5 s.
+int RunEngine(const std::string& url, const RunFlags& flags) {
+    sagaflow::EngineConfig config;
+    config.database_url = url;
+    config.kafka_brokers = flags.brokers;
+    config.consumer_group = flags.group;
+    config.replies_topic = flags.replies_topic;
+    config.instance_id = flags.instance;
+    config.run_relay = !flags.no_relay;
+    config.static_membership = flags.static_membership;
+    config.kafka_properties = Properties(flags.kafka_properties, "--kafka-property");
+    config.consumer_properties = Properties(flags.consumer_properties, "--consumer-property");
+    sagaflow::Engine engine{config};
+    for (const auto& file : flags.sagas) {
+        try {
+            engine.RegisterDefinitionFile(file);
+        } catch (const sagaflow::DefinitionError& e) {
+            for (const auto& d : e.Diagnostics()) std::cerr << d.ToString() << "\n";
+            return kExitInvalid;
+        }
+    }
+    std::signal(SIGINT, [](int) { g_stop = true; });
+    std::signal(SIGTERM, [](int) { g_stop = true; });
+    engine.Start();
+    std::cerr << "engine " << engine.Config().instance_id << ": running against " << sagaflow::store::RedactUrl(url)
+              << " and " << flags.brokers << " (" << flags.sagas.size() << " saga definition(s))" << std::endl;
+    for (int tick = 0; !g_stop.load(); ++tick) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (tick % 50 == 49) {
+            const auto m = engine.Metrics();
+            std::cerr << "engine: started " << m.sagas_started << ", replies " << m.replies_applied << " (+"
+                      << m.replies_ignored << " ignored, " << m.reply_duplicates << " duplicates), timers "
+                      << m.timers_fired << ", finished " << m.sagas_finished << " (" << m.sagas_parked
+                      << " parked), published " << m.outbox_published << std::endl;
+        }
+    }
+    engine.Stop();
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -146,6 +213,27 @@ int main(int argc, char** argv) {
     relay->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
     relay->add_option("--brokers", brokers, "Kafka bootstrap servers")->required();
 
+    RunFlags run_flags;
+    auto* run = app.add_subcommand("run", "Run the saga engine (relay, reply consumer, timers) until interrupted");
+    run->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
+    run->add_option("--brokers", run_flags.brokers, "Kafka bootstrap servers")->required();
+    run->add_option("--saga", run_flags.sagas, "YAML saga definition to register (repeatable)")
+        ->check(CLI::ExistingFile);
+    run->add_option("--group", run_flags.group, "Kafka consumer group of the engines (and their inbox name)")
+        ->capture_default_str();
+    run->add_option("--replies-topic", run_flags.replies_topic, "topic the participants reply on")
+        ->capture_default_str();
+    run->add_option("--instance", run_flags.instance, "this engine's name in events (default: hostname-pid)");
+    run->add_flag("--no-relay", run_flags.no_relay, "do not publish the outbox here (another process does)");
+    run->add_flag("--static-membership",
+                  run_flags.static_membership,
+                  "join the consumer group as --instance, so a restart gets its partitions back at once");
+    run->add_option(
+        "--kafka-property", run_flags.kafka_properties, "librdkafka KEY=VALUE for every client (repeatable)");
+    run->add_option("--consumer-property",
+                    run_flags.consumer_properties,
+                    "librdkafka KEY=VALUE for the reply consumer (repeatable)");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -164,6 +252,7 @@ int main(int argc, char** argv) {
         if (*migrate) return Migrate(DbUrl(db_flag), migrations_dir);
         if (*sweep) return Sweep(DbUrl(db_flag), ttl_hours);
         if (*relay) return RunRelay(DbUrl(db_flag), brokers);
+        if (*run) return RunEngine(DbUrl(db_flag), run_flags);
     } catch (const CLI::ParseError& e) {
         return app.exit(e), kExitUsage;
     } catch (const std::exception& e) {

@@ -22,17 +22,13 @@
 #include "tests/support/services.hpp"
 
 using namespace sagaflow;
+using testing::Count;
 using testing::KafkaBrokers;
 using testing::ScratchDatabase;
 using testing::UniqueName;
+using testing::WaitFor;
 
 namespace {
-
-long long Count(const std::string& url, const std::string& sql) {
-    pqxx::connection conn{url};
-    pqxx::read_transaction tx{conn};
-    return tx.exec1(sql)[0].as<long long>();
-}
 
 outbox::RelayOptions RelayFor(const std::string& url) {
     outbox::RelayOptions options;
@@ -40,15 +36,6 @@ outbox::RelayOptions RelayFor(const std::string& url) {
     options.brokers = KafkaBrokers();
     options.poll_interval = std::chrono::milliseconds(200);
     return options;
-}
-
-bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-        if (done()) return true;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    return done();
 }
 
 outbox::CloudEvent TestEvent(const nlohmann::json& data) {

@@ -18,6 +18,7 @@
 #include "tests/support/services.hpp"
 
 using namespace sagaflow::store;
+using sagaflow::testing::Count;
 using sagaflow::testing::ScratchDatabase;
 
 namespace {
@@ -37,12 +38,6 @@ Migration Later(const std::string& suffix, const std::string& sql) {
 }
 
 const long long kBuiltin = static_cast<long long>(BuiltinMigrations().size());
-
-long long Count(const std::string& url, const std::string& sql) {
-    pqxx::connection conn{url};
-    pqxx::read_transaction tx{conn};
-    return tx.exec1(sql)[0].as<long long>();
-}
 
 }  // namespace
 

@@ -1,9 +1,5 @@
 #include "tests/support/services.hpp"
 
-#include <librdkafka/rdkafka.h>
-
-#include <array>
-#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <pqxx/pqxx>
@@ -12,7 +8,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "outbox/detail/rdkafka.hpp"
+#include "outbox/admin.hpp"
 
 namespace sagaflow::testing {
 namespace {
@@ -81,60 +77,23 @@ ScratchDatabase::~ScratchDatabase() {
     }
 }
 
-void CreateTopic(const std::string& brokers, const std::string& topic, int partitions) {
-    using namespace outbox::detail;
-    auto conf = MakeConf({{"bootstrap.servers", brokers}});
-    auto client = MakeClient(RD_KAFKA_PRODUCER, std::move(conf));
-    std::array<char, 512> errstr{};
-    rd_kafka_NewTopic_t* new_topic = rd_kafka_NewTopic_new(topic.c_str(), partitions, 1, errstr.data(), errstr.size());
-    if (new_topic == nullptr) {
-        throw std::runtime_error("cannot describe topic " + topic + ": " + errstr.data());
-    }
-    QueuePtr queue{rd_kafka_queue_new(client.get())};
-    rd_kafka_CreateTopics(client.get(), &new_topic, 1, nullptr, queue.get());
-    rd_kafka_event_t* event = rd_kafka_queue_poll(queue.get(), 30000);
-    rd_kafka_NewTopic_destroy(new_topic);
-    if (event == nullptr) {
-        throw std::runtime_error("creating topic " + topic + " got no answer within 30 s");
-    }
-    const rd_kafka_CreateTopics_result_t* result = rd_kafka_event_CreateTopics_result(event);
-    size_t count = 0;
-    const rd_kafka_topic_result_t** results = rd_kafka_CreateTopics_result_topics(result, &count);
-    std::string error;
-    if (rd_kafka_event_error(event) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        error = rd_kafka_event_error_string(event);
-    } else if (count == 1 && rd_kafka_topic_result_error(results[0]) != RD_KAFKA_RESP_ERR_NO_ERROR &&
-               rd_kafka_topic_result_error(results[0]) != RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS) {
-        error = rd_kafka_topic_result_error_string(results[0]);
-    }
-    rd_kafka_event_destroy(event);
-    if (!error.empty()) {
-        throw std::runtime_error("creating topic " + topic + " failed: " + error);
-    }
-    // Wait until every partition has a leader, so the first produce does not race the creation.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+long long Count(const std::string& url, const std::string& sql) {
+    pqxx::connection conn{url};
+    pqxx::read_transaction tx{conn};
+    return tx.exec1(sql)[0].as<long long>();
+}
+
+bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
-        const rd_kafka_metadata_t* metadata = nullptr;
-        rd_kafka_topic_t* handle = rd_kafka_topic_new(client.get(), topic.c_str(), nullptr);
-        const bool ok = rd_kafka_metadata(client.get(), 0, handle, &metadata, 5000) == RD_KAFKA_RESP_ERR_NO_ERROR;
-        rd_kafka_topic_destroy(handle);
-        bool ready = false;
-        if (ok && metadata->topic_cnt == 1 && metadata->topics[0].err == RD_KAFKA_RESP_ERR_NO_ERROR &&
-            metadata->topics[0].partition_cnt == partitions) {
-            ready = true;
-            for (int i = 0; i < metadata->topics[0].partition_cnt; ++i) {
-                ready = ready && metadata->topics[0].partitions[i].leader >= 0;
-            }
-        }
-        if (metadata != nullptr) {
-            rd_kafka_metadata_destroy(metadata);
-        }
-        if (ready) {
-            return;
-        }
+        if (done()) return true;
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    throw std::runtime_error("topic " + topic + " has no leaders 30 s after its creation");
+    return done();
+}
+
+void CreateTopic(const std::string& brokers, const std::string& topic, int partitions) {
+    outbox::EnsureTopicsBlocking(brokers, {}, {topic}, partitions);
 }
 
 }  // namespace sagaflow::testing

@@ -3,6 +3,8 @@
 // private servers the CTest fixtures started (their addresses are files under
 // SAGAFLOW_SERVICES_DIR). A test that cannot find its server fails loudly; it never skips.
 
+#include <chrono>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -38,5 +40,11 @@ class ScratchDatabase {
 
 // Creates a topic with `partitions` partitions on the test broker and waits until it is usable.
 void CreateTopic(const std::string& brokers, const std::string& topic, int partitions);
+
+// The single number `sql` returns, read on a connection of its own.
+long long Count(const std::string& url, const std::string& sql);
+
+// Polls `done` every 100 ms until it holds or `timeout` passes; returns its last answer.
+bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout);
 
 }  // namespace sagaflow::testing

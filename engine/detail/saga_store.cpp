@@ -1,0 +1,302 @@
+#include "engine/detail/saga_store.hpp"
+
+#include <pqxx/pqxx>
+
+#include "outbox/uuid.hpp"
+#include "outbox/writer.hpp"
+
+namespace sagaflow::detail {
+
+using machine::Phase;
+using machine::StepStatus;
+
+std::optional<Phase> ParsePhase(std::string_view text) {
+    if (text == "action") return Phase::kAction;
+    if (text == "compensation") return Phase::kCompensation;
+    return std::nullopt;
+}
+
+namespace {
+
+std::optional<machine::SagaStatus> ParseSagaStatus(std::string_view text) {
+    using machine::SagaStatus;
+    for (const auto status : {SagaStatus::kRunning,
+                              SagaStatus::kCompensating,
+                              SagaStatus::kCompleted,
+                              SagaStatus::kCompensated,
+                              SagaStatus::kFailed}) {
+        if (machine::ToString(status) == text) return status;
+    }
+    return std::nullopt;
+}
+
+// saga_step.status <-> (StepStatus, outcome_unknown): an action that never answered is 'timed_out'.
+std::string StepStatusText(const machine::StepPhaseState& phase) {
+    switch (phase.status) {
+        case StepStatus::kDispatched:
+            return "dispatched";
+        case StepStatus::kSucceeded:
+            return "succeeded";
+        case StepStatus::kFailed:
+            return phase.outcome_unknown ? "timed_out" : "failed";
+    }
+    return "failed";
+}
+
+void ParseStepStatus(std::string_view text, machine::StepPhaseState& phase) {
+    phase.outcome_unknown = text == "timed_out";
+    phase.status = text == "dispatched"  ? StepStatus::kDispatched
+                   : text == "succeeded" ? StepStatus::kSucceeded
+                                         : StepStatus::kFailed;
+}
+
+nlohmann::json ParseJson(const pqxx::field& field) {
+    if (field.is_null()) return nullptr;
+    return nlohmann::json::parse(field.c_str());
+}
+
+// The context command templates are rendered against (definition.hpp: RenderTemplate).
+nlohmann::json TemplateContext(const LoadedSaga& saga, const machine::SagaState& state) {
+    nlohmann::json steps = nlohmann::json::object();
+    for (const auto& phase : state.phases) {
+        if (phase.phase == Phase::kAction && phase.status == StepStatus::kSucceeded) {
+            steps[phase.step_name] = {{"reply", phase.reply}};
+        }
+    }
+    return {{"sagaId", saga.saga_id}, {"input", saga.input}, {"data", state.data}, {"steps", steps}};
+}
+
+std::chrono::milliseconds WithJitter(std::chrono::milliseconds delay, double jitter, std::mt19937_64& rng) {
+    if (jitter <= 0 || delay.count() <= 0) return delay;
+    // Up to `jitter` of the delay is drawn at random (subtracted), so retries of many sagas that
+    // failed together spread out instead of arriving together.
+    std::uniform_real_distribution<double> draw(0.0, jitter);
+    const double factor = 1.0 - draw(rng);
+    return std::chrono::milliseconds(static_cast<std::int64_t>(static_cast<double>(delay.count()) * factor));
+}
+
+// libpqxx 6.4 sends a null const char* as SQL NULL; an empty text stands for "no value" here.
+const char* Nullable(const std::string& text) {
+    return text.empty() ? nullptr : text.c_str();
+}
+
+void Earliest(Effects& effects, std::chrono::milliseconds delay) {
+    if (!effects.next_timer || delay < *effects.next_timer) effects.next_timer = delay;
+}
+
+}  // namespace
+
+std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode) {
+    const std::string lock = mode == LockMode::kWait ? " FOR UPDATE" : " FOR UPDATE SKIP LOCKED";
+    const auto rows = tx.exec_params(
+        "SELECT saga_type, definition_hash, status, current_step, input::text, data::text, "
+        "coalesce(parked_reason, '') FROM saga_instance WHERE saga_id = $1::uuid" +
+            lock,
+        saga_id);
+    if (rows.empty()) return std::nullopt;
+    LoadedSaga saga;
+    saga.saga_id = saga_id;
+    saga.saga_type = rows[0][0].as<std::string>();
+    saga.definition_hash = rows[0][1].as<std::string>();
+    const auto status = ParseSagaStatus(rows[0][2].as<std::string>());
+    if (!status) throw std::runtime_error("saga " + saga_id + " has an unknown status " + rows[0][2].c_str());
+    saga.state.status = *status;
+    saga.state.current_step = rows[0][3].as<std::size_t>();
+    saga.input = ParseJson(rows[0][4]);
+    saga.state.data = ParseJson(rows[0][5]);
+    saga.state.parked_reason = rows[0][6].as<std::string>();
+    const auto steps = tx.exec_params(
+        "SELECT step_name, phase, status, attempt, reply::text, next_attempt_at IS NOT NULL FROM saga_step "
+        "WHERE saga_id = $1::uuid ORDER BY dispatched_at, phase",
+        saga_id);
+    for (const auto& row : steps) {
+        machine::StepPhaseState phase;
+        phase.step_name = row[0].as<std::string>();
+        phase.phase = ParsePhase(row[1].as<std::string>()).value_or(Phase::kAction);
+        ParseStepStatus(row[2].as<std::string>(), phase);
+        phase.attempt = row[3].as<int>();
+        phase.reply = ParseJson(row[4]);
+        phase.awaiting_retry = row[5].as<bool>();
+        saga.state.phases.push_back(std::move(phase));
+    }
+    return saga;
+}
+
+void RecordEvent(pqxx::transaction_base& tx,
+                 const std::string& saga_id,
+                 const std::string& kind,
+                 const std::string& step_name,
+                 const std::string& phase,
+                 int attempt,
+                 const std::string& event_id,
+                 const nlohmann::json& detail) {
+    const std::string attempt_text = attempt > 0 ? std::to_string(attempt) : std::string();
+    tx.exec_params(
+        "INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
+        "VALUES ($1::uuid, $2, $3, $4, $5, $6::uuid, $7::jsonb)",
+        Nullable(saga_id),
+        kind,
+        Nullable(step_name),
+        Nullable(phase),
+        Nullable(attempt_text),
+        Nullable(event_id),
+        detail.is_null() ? std::string("{}") : detail.dump());
+}
+
+Effects Persist(pqxx::transaction_base& tx,
+                const SagaDefinition& definition,
+                const LoadedSaga& saga,
+                const machine::Decision& decision,
+                const std::string& event_source,
+                std::mt19937_64& rng) {
+    const machine::SagaState& next = decision.state;
+    Effects effects;
+
+    // 1. Step phases that changed (new ones are written by their Dispatch below).
+    for (const auto& phase : next.phases) {
+        const machine::StepPhaseState* before = saga.state.Find(phase.step_name, phase.phase);
+        if (before == nullptr) continue;
+        if (before->status == phase.status && before->outcome_unknown == phase.outcome_unknown &&
+            before->reply == phase.reply && before->awaiting_retry == phase.awaiting_retry) {
+            continue;
+        }
+        const bool open = phase.status == StepStatus::kDispatched;
+        tx.exec_params(
+            "UPDATE saga_step SET status = $4, reply = $5::jsonb, "
+            "completed_at = CASE WHEN $6 THEN NULL ELSE clock_timestamp() END, "
+            "next_attempt_at = CASE WHEN $7 THEN next_attempt_at END, "
+            "deadline_at = CASE WHEN $6 AND NOT $7 THEN deadline_at END "
+            "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
+            saga.saga_id,
+            phase.step_name,
+            std::string(machine::ToString(phase.phase)),
+            StepStatusText(phase),
+            Nullable(phase.reply.is_null() ? std::string() : phase.reply.dump()),
+            open,
+            open && phase.awaiting_retry);
+    }
+
+    // 2. Commands.
+    for (const auto& command : decision.commands) {
+        if (const auto* dispatch = std::get_if<machine::Dispatch>(&command)) {
+            const StepDefinition* step = definition.FindStep(dispatch->step_name);
+            const std::string phase_text(machine::ToString(dispatch->phase));
+            const auto timeout_ms = dispatch->timeout.count();
+            if (saga.state.Find(dispatch->step_name, dispatch->phase) == nullptr) {
+                // A new step phase: its row is the dedup key, its event id is minted once, here.
+                const CommandSpec& spec = dispatch->phase == Phase::kAction ? step->action : *step->compensation;
+                outbox::CloudEvent event;
+                event.id = outbox::NewUuidV7();
+                event.type = spec.type;
+                event.source = event_source;
+                event.saga_id = saga.saga_id;
+                event.step_name = step->name;
+                event.phase = phase_text;
+                event.data = RenderTemplate(spec.send, TemplateContext(saga, next));
+                const auto inserted = tx.exec_params(
+                    "INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
+                    "deadline_at) VALUES ($1::uuid, $2, $3, 'dispatched', 1, $4::uuid, "
+                    "clock_timestamp() + $5 * interval '1 millisecond') ON CONFLICT DO NOTHING RETURNING 1",
+                    saga.saga_id,
+                    step->name,
+                    phase_text,
+                    event.id,
+                    timeout_ms);
+                if (inserted.empty()) continue;  // dispatched before: never twice
+                outbox::Enqueue(tx, step->CommandTopic(), saga.saga_id, event);
+                RecordEvent(tx, saga.saga_id, "dispatched", step->name, phase_text, 1, event.id, {{"type", spec.type}});
+            } else {
+                // A resend: the same row, the same event id, the same bytes.
+                const auto row = tx.exec_params(
+                    "UPDATE saga_step SET attempt = $4, next_attempt_at = NULL, "
+                    "deadline_at = clock_timestamp() + $5 * interval '1 millisecond' "
+                    "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 RETURNING command_event_id::text",
+                    saga.saga_id,
+                    dispatch->step_name,
+                    phase_text,
+                    dispatch->attempt,
+                    timeout_ms);
+                const std::string event_id = row.at(0)[0].as<std::string>();
+                outbox::Rearm(tx, event_id);
+                RecordEvent(
+                    tx, saga.saga_id, "resent", dispatch->step_name, phase_text, dispatch->attempt, event_id, {});
+            }
+            Earliest(effects, dispatch->timeout);
+        } else if (const auto* retry = std::get_if<machine::ScheduleRetry>(&command)) {
+            const StepDefinition* step = definition.FindStep(retry->step_name);
+            const RetryPolicy& policy = retry->phase == Phase::kAction ? step->retry : definition.compensation_retry;
+            const auto delay = WithJitter(retry->delay, policy.jitter, rng);
+            const std::string phase_text(machine::ToString(retry->phase));
+            tx.exec_params(
+                "UPDATE saga_step SET deadline_at = NULL, "
+                "next_attempt_at = clock_timestamp() + $4 * interval '1 millisecond' "
+                "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
+                saga.saga_id,
+                retry->step_name,
+                phase_text,
+                delay.count());
+            RecordEvent(tx,
+                        saga.saga_id,
+                        "retry-scheduled",
+                        retry->step_name,
+                        phase_text,
+                        retry->attempt,
+                        {},
+                        {{"delayMs", delay.count()}});
+            Earliest(effects, delay);
+        } else if (const auto* finish = std::get_if<machine::Finish>(&command)) {
+            nlohmann::json detail{{"status", machine::ToString(finish->status)}};
+            if (!next.parked_reason.empty()) detail["reason"] = next.parked_reason;
+            RecordEvent(tx, saga.saga_id, "finished", {}, {}, 0, {}, detail);
+            effects.finished = true;
+            effects.parked = finish->status == machine::SagaStatus::kFailed;
+        }
+    }
+
+    // 3. The saga row.
+    tx.exec_params(
+        "UPDATE saga_instance SET status = $2, current_step = $3, data = $4::jsonb, parked_reason = $5, "
+        "updated_at = clock_timestamp(), version = version + 1 WHERE saga_id = $1::uuid",
+        saga.saga_id,
+        std::string(machine::ToString(next.status)),
+        static_cast<int>(next.current_step),
+        next.data.dump(),
+        Nullable(next.parked_reason));
+    return effects;
+}
+
+std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit) {
+    // Two index-backed halves: deadlines of open phases, and backoffs that elapsed.
+    const auto rows = tx.exec_params(
+        "(SELECT saga_id::text, step_name, phase, attempt, false FROM saga_step "
+        "  WHERE status = 'dispatched' AND next_attempt_at IS NULL AND deadline_at <= clock_timestamp() "
+        "  ORDER BY deadline_at LIMIT $1) "
+        "UNION ALL "
+        "(SELECT saga_id::text, step_name, phase, attempt, true FROM saga_step "
+        "  WHERE next_attempt_at <= clock_timestamp() ORDER BY next_attempt_at LIMIT $1)",
+        limit);
+    std::vector<DueTimer> due;
+    due.reserve(rows.size());
+    for (const auto& row : rows) {
+        DueTimer timer;
+        timer.saga_id = row[0].as<std::string>();
+        timer.step_name = row[1].as<std::string>();
+        timer.phase = ParsePhase(row[2].as<std::string>()).value_or(Phase::kAction);
+        timer.attempt = row[3].as<int>();
+        timer.retry = row[4].as<bool>();
+        due.push_back(std::move(timer));
+    }
+    return due;
+}
+
+std::optional<std::chrono::milliseconds> NextTimer(pqxx::transaction_base& tx) {
+    const auto row = tx.exec(
+        "SELECT ceil(extract(epoch FROM least("
+        "  (SELECT min(deadline_at) FROM saga_step WHERE status = 'dispatched' AND next_attempt_at IS NULL), "
+        "  (SELECT min(next_attempt_at) FROM saga_step WHERE next_attempt_at IS NOT NULL)) - clock_timestamp()) "
+        "  * 1000)::bigint");
+    if (row.at(0)[0].is_null()) return std::nullopt;
+    return std::chrono::milliseconds(std::max<std::int64_t>(0, row[0][0].as<std::int64_t>()));
+}
+
+}  // namespace sagaflow::detail

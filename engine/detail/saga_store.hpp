@@ -1,0 +1,76 @@
+#pragma once
+// Persistence around the pure state machine (internal: uses libpqxx). Every function runs inside
+// the caller's transaction; a saga is only read for a change under its row lock (SELECT ... FOR
+// UPDATE), so two engines never decide on the same saga at once, and the decision, the step rows,
+// the outbox rows of its commands and the timeline entries commit together.
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <pqxx/transaction_base>
+#include <random>
+#include <string>
+
+#include "engine/definition.hpp"
+#include "engine/saga_machine.hpp"
+
+namespace sagaflow::detail {
+
+struct LoadedSaga {
+    std::string saga_id;
+    std::string saga_type;
+    std::string definition_hash;
+    nlohmann::json input;
+    machine::SagaState state;
+};
+
+enum class LockMode { kWait, kSkipLocked };
+
+// The saga with its step phases, row-locked; nullopt if there is no such saga (or, with
+// kSkipLocked, if another transaction holds it).
+std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode);
+
+// What a persisted decision means for the caller after commit.
+struct Effects {
+    std::optional<std::chrono::milliseconds> next_timer;  // the earliest deadline or retry it set
+    bool finished = false;
+    bool parked = false;
+};
+
+// Persists `decision` (made on `saga.state`): updates the changed step phases, turns its commands
+// into step rows, outbox rows (a new event id for a new phase; the same row re-armed for a resend),
+// durable timers and timeline entries, and writes the saga row.
+Effects Persist(pqxx::transaction_base& tx,
+                const SagaDefinition& definition,
+                const LoadedSaga& saga,
+                const machine::Decision& decision,
+                const std::string& event_source,
+                std::mt19937_64& rng);
+
+// Appends a timeline entry (saga_id may be empty: an event for no known saga).
+void RecordEvent(pqxx::transaction_base& tx,
+                 const std::string& saga_id,
+                 const std::string& kind,
+                 const std::string& step_name,
+                 const std::string& phase,
+                 int attempt,
+                 const std::string& event_id,
+                 const nlohmann::json& detail);
+
+// A timer that is due: a deadline passed (retry = false) or a backoff elapsed (retry = true).
+struct DueTimer {
+    std::string saga_id;
+    std::string step_name;
+    machine::Phase phase = machine::Phase::kAction;
+    int attempt = 1;
+    bool retry = false;
+};
+
+std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit);
+
+// Time until the earliest pending deadline or retry (zero if one is due); nullopt if none pends.
+std::optional<std::chrono::milliseconds> NextTimer(pqxx::transaction_base& tx);
+
+std::optional<machine::Phase> ParsePhase(std::string_view text);
+
+}  // namespace sagaflow::detail

@@ -1,0 +1,662 @@
+#include "engine/engine.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fstream>
+#include <future>
+#include <mutex>
+#include <pqxx/pqxx>
+#include <random>
+#include <shared_mutex>
+#include <thread>
+
+#include "engine/definition_loader.hpp"
+#include "engine/detail/saga_store.hpp"
+#include "outbox/admin.hpp"
+#include "outbox/consumer.hpp"
+#include "outbox/relay.hpp"
+#include "outbox/uuid.hpp"
+#include "store/inbox.hpp"
+#include "store/migrations.hpp"
+#include "store/pool.hpp"
+#include "store/url.hpp"
+
+namespace sagaflow {
+namespace {
+
+namespace asio = boost::asio;
+using detail::LoadedSaga;
+using detail::LockMode;
+
+std::string DefaultInstanceId() {
+    std::array<char, 256> host{};
+    if (gethostname(host.data(), host.size() - 1) != 0) host[0] = '\0';
+    return std::string(host.data()) + "-" + std::to_string(getpid());
+}
+
+std::string Text(const pqxx::field& field) {
+    return field.is_null() ? std::string() : field.as<std::string>();
+}
+
+nlohmann::json Json(const pqxx::field& field) {
+    return field.is_null() ? nlohmann::json() : nlohmann::json::parse(field.c_str());
+}
+
+// Timestamps leave the database as RFC 3339 UTC with milliseconds.
+constexpr const char* kTimeFormat = "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'";
+
+std::string Rfc3339(const std::string& column) {
+    return "to_char(" + column + " AT TIME ZONE 'UTC', " + kTimeFormat + ")";
+}
+
+struct Counters {
+    std::atomic<std::uint64_t> sagas_started{0}, replies_applied{0}, replies_ignored{0}, timers_fired{0},
+        sagas_finished{0}, sagas_parked{0};
+};
+
+}  // namespace
+
+class Engine::Impl {
+  public:
+    explicit Impl(EngineConfig config) : config_(std::move(config)), timer_(io_) {
+        if (config_.database_url.empty()) {
+            throw EngineError(
+                "no database URL. Hint: set EngineConfig::database_url (sagaflow run: --db or "
+                "SAGAFLOW_DB_URL)");
+        }
+        if ((config_.process_sagas || config_.run_relay) && config_.kafka_brokers.empty()) {
+            throw EngineError("no Kafka brokers. Hint: set EngineConfig::kafka_brokers (sagaflow run: --brokers)");
+        }
+        if (config_.database_pool_size < 2) {
+            throw EngineError(
+                "database_pool_size must be at least 2 (the reply consumer and the timers each hold "
+                "one connection while they work)");
+        }
+        if (config_.instance_id.empty()) config_.instance_id = DefaultInstanceId();
+        source_ = "sagaflow/" + config_.instance_id;
+    }
+
+    ~Impl() { Stop(); }
+
+    // --- definitions -------------------------------------------------------------------------------
+
+    std::string Register(LoadResult loaded, std::string source) {
+        if (!loaded.definition) throw DefinitionError(std::move(loaded.diagnostics));
+        auto definition = std::make_shared<const SagaDefinition>(std::move(*loaded.definition));
+        {
+            std::unique_lock lock(definitions_mutex_);
+            for (const auto& [hash, known] : by_hash_) {
+                if (known->name == definition->name && known->version == definition->version &&
+                    hash != definition->hash) {
+                    throw EngineError("saga '" + definition->name + "' version " + std::to_string(definition->version) +
+                                      " is already registered with other content. Hint: bump `version:` in the "
+                                      "changed file; running sagas keep the version they started with");
+                }
+            }
+            by_hash_[definition->hash] = definition;
+            sources_[definition->hash] = source;
+            auto& latest = latest_[definition->name];
+            if (!latest || latest->version < definition->version) latest = definition;
+        }
+        if (pool_) {
+            pool_->RunBlocking([&](pqxx::connection& conn) {
+                pqxx::work tx{conn};
+                WriteDefinition(tx, *definition, source);
+                tx.commit();
+            });
+        }
+        return definition->hash;
+    }
+
+    // The definition a saga is pinned to: registered here, or (another engine registered it, or a
+    // newer one replaced it before a restart) read back from saga_definition.
+    std::shared_ptr<const SagaDefinition> Definition(pqxx::transaction_base& tx,
+                                                     const std::string& type,
+                                                     const std::string& hash) {
+        {
+            std::shared_lock lock(definitions_mutex_);
+            if (const auto it = by_hash_.find(hash); it != by_hash_.end()) return it->second;
+        }
+        const auto rows =
+            tx.exec_params("SELECT source FROM saga_definition WHERE saga_type = $1 AND hash = $2", type, hash);
+        if (rows.empty()) throw std::runtime_error("saga definition " + type + "@" + hash + " is not in the database");
+        auto loaded = LoadDefinitionString(rows[0][0].as<std::string>(), type + "@" + hash.substr(0, 12));
+        if (!loaded.definition || loaded.definition->hash != hash) {
+            throw std::runtime_error("the stored source of saga definition " + type + "@" + hash +
+                                     " does not load back to the same definition");
+        }
+        auto definition = std::make_shared<const SagaDefinition>(std::move(*loaded.definition));
+        std::unique_lock lock(definitions_mutex_);
+        by_hash_.emplace(hash, definition);
+        return definition;
+    }
+
+    static void WriteDefinition(pqxx::transaction_base& tx,
+                                const SagaDefinition& definition,
+                                const std::string& source) {
+        tx.exec_params(
+            "INSERT INTO saga_definition (saga_type, version, hash, canonical, source) VALUES ($1, $2, $3, $4::jsonb, "
+            "$5) ON CONFLICT DO NOTHING",
+            definition.name,
+            definition.version,
+            definition.hash,
+            definition.Canonical().dump(),
+            source);
+        const auto row = tx.exec_params("SELECT hash FROM saga_definition WHERE saga_type = $1 AND version = $2",
+                                        definition.name,
+                                        definition.version);
+        if (!row.empty() && row[0][0].as<std::string>() != definition.hash) {
+            throw EngineError("saga '" + definition.name + "' version " + std::to_string(definition.version) +
+                              " is already in the database with other content (hash " + row[0][0].as<std::string>() +
+                              "). Hint: bump `version:` in the changed file; running sagas keep the version they "
+                              "started with");
+        }
+    }
+
+    // --- lifecycle ---------------------------------------------------------------------------------
+
+    void Start() {
+        if (started_) return;
+        started_ = true;  // a failure below leaves the parts that started for Stop() (and the destructor)
+        const std::string redacted = store::RedactUrl(config_.database_url);
+        if (config_.run_migrations) {
+            const auto report = store::MigrateBlocking(config_.database_url, store::BuiltinMigrations());
+            static_cast<void>(report);
+        }
+        store::PoolOptions pool_options;
+        pool_options.url = config_.database_url;
+        pool_options.size = config_.database_pool_size;
+        pool_options.on_connect = [](pqxx::connection& conn) { store::PrepareInbox(conn); };
+        pool_ = std::make_unique<store::ConnectionPool>(pool_options);
+        {
+            std::shared_lock lock(definitions_mutex_);
+            pool_->RunBlocking([&](pqxx::connection& conn) {
+                pqxx::work tx{conn};
+                for (const auto& [hash, definition] : by_hash_) WriteDefinition(tx, *definition, sources_.at(hash));
+                tx.commit();
+            });
+        }
+        if (config_.create_topics && (config_.process_sagas || config_.run_relay)) {
+            std::vector<std::string> topics{config_.replies_topic};
+            std::shared_lock lock(definitions_mutex_);
+            for (const auto& [hash, definition] : by_hash_) {
+                for (const auto& step : definition->steps) topics.push_back(step.CommandTopic());
+            }
+            std::sort(topics.begin(), topics.end());
+            topics.erase(std::unique(topics.begin(), topics.end()), topics.end());
+            outbox::EnsureTopicsBlocking(
+                config_.kafka_brokers, config_.kafka_properties, topics, config_.topic_partitions);
+        }
+        if (config_.run_relay) {
+            outbox::RelayOptions relay_options;
+            relay_options.db_url = config_.database_url;
+            relay_options.brokers = config_.kafka_brokers;
+            relay_options.properties = config_.kafka_properties;
+            relay_ = std::make_unique<outbox::Relay>(relay_options);
+            relay_->Start();
+        }
+        if (config_.process_sagas) {
+            outbox::ConsumerOptions consumer_options;
+            consumer_options.brokers = config_.kafka_brokers;
+            consumer_options.group_id = config_.consumer_group;
+            consumer_options.topics = {config_.replies_topic};
+            consumer_options.inbox_name = config_.consumer_group;  // shared by every instance of the group
+            consumer_options.properties = config_.kafka_properties;
+            for (const auto& [key, value] : config_.consumer_properties) consumer_options.properties[key] = value;
+            if (config_.static_membership) consumer_options.properties["group.instance.id"] = config_.instance_id;
+            consumer_ = std::make_unique<outbox::Consumer>(
+                *pool_, consumer_options, [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnReply(tx, in); });
+            consumer_->Start();
+
+            const auto active = pool_->RunBlocking([](pqxx::connection& conn) {
+                pqxx::read_transaction tx{conn};
+                return tx.exec("SELECT count(*) FROM saga_instance WHERE status IN ('running', 'compensating')")[0][0]
+                    .as<std::int64_t>();
+            });
+            spdlog::info("engine {}: resuming {} unfinished saga(s) on {}", config_.instance_id, active, redacted);
+            io_.restart();
+            work_.emplace(asio::make_work_guard(io_));
+            io_thread_ = std::thread([this] { io_.run(); });
+            timers_running_ = true;
+            asio::post(io_, [this] { Arm(std::chrono::milliseconds(0)); });
+        }
+    }
+
+    void Stop() {
+        started_ = false;
+        // Reverse order of Start: timers, consumer, relay, pool.
+        timers_running_ = false;
+        if (io_thread_.joinable()) {
+            io_.stop();
+            io_thread_.join();
+            work_.reset();
+            armed_ = scanning_ = false;
+            rescan_at_.reset();
+        }
+        if (scan_.valid()) scan_.wait();  // the io thread is gone: nothing starts another scan
+        if (consumer_) consumer_->Stop();
+        if (relay_) relay_->Stop();
+        if (pool_) pool_->Stop();
+        consumer_.reset();
+        relay_.reset();
+        pool_.reset();
+    }
+
+    // --- starting and reading sagas ----------------------------------------------------------------
+
+    StartResult StartSaga(const std::string& type, nlohmann::json input, const std::string& key) {
+        RequireStarted();
+        StartResult result;
+        std::shared_ptr<const SagaDefinition> definition;
+        {
+            std::shared_lock lock(definitions_mutex_);
+            if (const auto it = latest_.find(type); it != latest_.end()) definition = it->second;
+        }
+        if (!definition) {
+            result.status = StartResult::Status::kUnknownType;
+            result.message = "no saga type '" + type + "' is registered";
+            return result;
+        }
+        result.errors = ValidateInput(*definition, input);
+        if (!result.errors.empty()) {
+            result.status = StartResult::Status::kInvalidInput;
+            result.message = "the input does not match the input schema of saga '" + type + "'";
+            return result;
+        }
+        std::optional<std::chrono::milliseconds> next_timer;
+        result = pool_->RunBlocking([&](pqxx::connection& conn) {
+            pqxx::work tx{conn};
+            StartResult r;
+            const std::string saga_id = outbox::NewUuidV7();
+            const auto inserted = tx.exec_params(
+                "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, input, "
+                "idempotency_key) VALUES ($1::uuid, $2, $3, $4, 'running', $5::jsonb, $6) "
+                "ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING 1",
+                saga_id,
+                type,
+                definition->version,
+                definition->hash,
+                input.dump(),
+                key.empty() ? nullptr : key.c_str());
+            if (inserted.empty()) {
+                // The key was used: jsonb equality ignores key order and whitespace, so the same input
+                // written differently is still the same command.
+                const auto existing = tx.exec_params(
+                    "SELECT saga_id::text, input = $3::jsonb FROM saga_instance WHERE saga_type = $1 AND "
+                    "idempotency_key = $2",
+                    type,
+                    key,
+                    input.dump());
+                r.saga_id = existing.at(0)[0].as<std::string>();
+                if (existing[0][1].as<bool>()) {
+                    r.status = StartResult::Status::kReplayed;
+                } else {
+                    r.status = StartResult::Status::kConflict;
+                    r.message = "idempotency key '" + key + "' already started saga " + r.saga_id +
+                                " with other input. Hint: use a new key for a new request";
+                }
+                return r;
+            }
+            LoadedSaga saga;
+            saga.saga_id = saga_id;
+            saga.saga_type = type;
+            saga.definition_hash = definition->hash;
+            saga.input = input;
+            detail::RecordEvent(tx, saga_id, "started", {}, {}, 0, {}, {{"version", definition->version}});
+            const auto decision = machine::Decide(*definition, saga.state, machine::Begin{});
+            const auto effects = PersistLocked(tx, *definition, saga, decision);
+            tx.commit();
+            next_timer = effects.next_timer;
+            r.status = StartResult::Status::kStarted;
+            r.saga_id = saga_id;
+            return r;
+        });
+        if (result.status == StartResult::Status::kStarted) {
+            ++counters_.sagas_started;
+            Poke(next_timer);
+        }
+        return result;
+    }
+
+    std::optional<SagaView> GetSaga(const std::string& saga_id) {
+        RequireStarted();
+        if (!store::IsUuid(saga_id)) return std::nullopt;
+        return pool_->RunBlocking([&](pqxx::connection& conn) -> std::optional<SagaView> {
+            pqxx::read_transaction tx{conn};
+            const auto rows = tx.exec_params(
+                "SELECT saga_type, definition_version, definition_hash, status, coalesce(parked_reason, ''), "
+                "input::text, data::text, coalesce(idempotency_key, ''), " +
+                    Rfc3339("created_at") + ", " + Rfc3339("updated_at") +
+                    " FROM saga_instance WHERE saga_id = $1::uuid",
+                saga_id);
+            if (rows.empty()) return std::nullopt;
+            SagaView view;
+            const auto& r = rows[0];
+            view.saga_id = saga_id;
+            view.saga_type = Text(r[0]);
+            view.definition_version = r[1].as<int>();
+            view.definition_hash = Text(r[2]);
+            view.status = Text(r[3]);
+            view.parked_reason = Text(r[4]);
+            view.input = Json(r[5]);
+            view.data = Json(r[6]);
+            view.idempotency_key = Text(r[7]);
+            view.created_at = Text(r[8]);
+            view.updated_at = Text(r[9]);
+            for (const auto& s : tx.exec_params("SELECT step_name, phase, status, attempt, command_event_id::text, "
+                                                "reply::text, " +
+                                                    Rfc3339("dispatched_at") + ", " + Rfc3339("completed_at") + ", " +
+                                                    Rfc3339("next_attempt_at") + ", " + Rfc3339("deadline_at") +
+                                                    " FROM saga_step WHERE saga_id = $1::uuid ORDER BY dispatched_at, "
+                                                    "phase",
+                                                saga_id)) {
+                view.steps.push_back({Text(s[0]),
+                                      Text(s[1]),
+                                      Text(s[2]),
+                                      s[3].as<int>(),
+                                      Text(s[4]),
+                                      Json(s[5]),
+                                      Text(s[6]),
+                                      Text(s[7]),
+                                      Text(s[8]),
+                                      Text(s[9])});
+            }
+            for (const auto& e : tx.exec_params("SELECT " + Rfc3339("at") +
+                                                    ", kind, coalesce(step_name, ''), coalesce(phase, ''), "
+                                                    "coalesce(attempt, 0), coalesce(event_id::text, ''), detail::text "
+                                                    "FROM saga_event WHERE saga_id = $1::uuid ORDER BY id",
+                                                saga_id)) {
+                view.timeline.push_back(
+                    {Text(e[0]), Text(e[1]), Text(e[2]), Text(e[3]), e[4].as<int>(), Text(e[5]), Json(e[6])});
+            }
+            return view;
+        });
+    }
+
+    EngineMetrics Metrics() const {
+        EngineMetrics m;
+        m.sagas_started = counters_.sagas_started;
+        m.replies_applied = counters_.replies_applied;
+        m.replies_ignored = counters_.replies_ignored;
+        m.timers_fired = counters_.timers_fired;
+        m.sagas_finished = counters_.sagas_finished;
+        m.sagas_parked = counters_.sagas_parked;
+        if (consumer_) m.reply_duplicates = consumer_->Metrics().duplicates;
+        if (relay_) m.outbox_published = relay_->Metrics().published;
+        return m;
+    }
+
+    const EngineConfig& Config() const noexcept { return config_; }
+
+  private:
+    void RequireStarted() const {
+        if (!started_) throw EngineError("the engine is not started. Hint: call Engine::Start() first");
+    }
+
+    detail::Effects PersistLocked(pqxx::transaction_base& tx,
+                                  const SagaDefinition& definition,
+                                  const LoadedSaga& saga,
+                                  const machine::Decision& decision) {
+        detail::Effects effects;
+        {
+            std::lock_guard lock(rng_mutex_);
+            effects = detail::Persist(tx, definition, saga, decision, source_, rng_);
+        }
+        if (effects.finished) ++counters_.sagas_finished;
+        if (effects.parked) {
+            ++counters_.sagas_parked;
+            spdlog::error(
+                "saga {} ({}) parked as failed: {}", saga.saga_id, saga.saga_type, decision.state.parked_reason);
+        }
+        return effects;
+    }
+
+    // --- replies (consumer thread, inside the inbox transaction) ------------------------------------
+
+    void OnReply(pqxx::work& tx, const outbox::InboundEvent& in) {
+        const outbox::CloudEvent& e = in.event;
+        const std::string outcome_text = e.data.is_object() ? e.data.value("outcome", std::string()) : std::string();
+        const auto ignore = [&](const std::string& saga_id, const std::string& why) {
+            ++counters_.replies_ignored;
+            spdlog::debug("reply {} ignored: {}", e.id, why);
+            detail::RecordEvent(tx,
+                                saga_id,
+                                "ignored",
+                                e.step_name,
+                                e.phase,
+                                0,
+                                e.id,
+                                {{"reason", why}, {"type", e.type}, {"outcome", outcome_text}});
+        };
+        if (!store::IsUuid(e.saga_id)) return ignore({}, "the reply names no saga (sagaid '" + e.saga_id + "')");
+        const auto phase = detail::ParsePhase(e.phase);
+        if (!phase) return ignore({}, "unknown phase '" + e.phase + "'");
+        machine::Outcome outcome;
+        if (outcome_text == "success") {
+            outcome = machine::Outcome::kSuccess;
+        } else if (outcome_text == "failure") {
+            outcome = machine::Outcome::kFailure;
+        } else if (outcome_text == "retry") {
+            outcome = machine::Outcome::kRetry;
+        } else {
+            return ignore({}, "data.outcome must be success, failure or retry, not '" + outcome_text + "'");
+        }
+        auto saga = detail::LockSaga(tx, e.saga_id, LockMode::kWait);
+        if (!saga) return ignore({}, "no saga " + e.saga_id);
+        const auto definition = Definition(tx, saga->saga_type, saga->definition_hash);
+        const machine::StepPhaseState* current = saga->state.Find(e.step_name, *phase);
+        if (current != nullptr && !e.correlation_id.empty()) {
+            const auto command = tx.exec_params(
+                "SELECT command_event_id::text FROM saga_step WHERE saga_id = $1::uuid AND step_name = $2 AND phase = "
+                "$3",
+                saga->saga_id,
+                e.step_name,
+                e.phase);
+            if (!command.empty() && command[0][0].as<std::string>() != e.correlation_id) {
+                return ignore(saga->saga_id,
+                              "the reply answers event " + e.correlation_id + ", not this phase's command " +
+                                  command[0][0].as<std::string>());
+            }
+        }
+        machine::Reply reply;
+        reply.step_name = e.step_name;
+        reply.phase = *phase;
+        reply.attempt = current != nullptr ? current->attempt : 1;  // every attempt carries the same command
+        reply.outcome = outcome;
+        reply.data = e.data;
+        const auto decision = machine::Decide(*definition, saga->state, reply);
+        if (!decision.ignored.empty()) return ignore(saga->saga_id, decision.ignored);
+        detail::RecordEvent(
+            tx, saga->saga_id, "reply", e.step_name, e.phase, reply.attempt, e.id, {{"outcome", outcome_text}});
+        const auto effects = PersistLocked(tx, *definition, *saga, decision);
+        ++counters_.replies_applied;
+        Poke(effects.next_timer);
+    }
+
+    // --- durable timers ----------------------------------------------------------------------------
+    // The io thread owns the steady_timer; the database work of a scan runs on the pool, which posts
+    // the time of the next due timer back to the io thread.
+
+    void Poke(std::optional<std::chrono::milliseconds> delay) {
+        if (!delay || !timers_running_.load()) return;
+        // A little late on purpose: the transaction that set the timer may not have committed yet.
+        const auto when = *delay + std::chrono::milliseconds(20);
+        asio::post(io_, [this, when] { Arm(when); });
+    }
+
+    void Arm(std::chrono::milliseconds delay) {  // io thread
+        const auto when = std::chrono::steady_clock::now() + std::min(delay, config_.timer_max_sleep);
+        if (scanning_) {
+            rescan_at_ = std::min(rescan_at_.value_or(when), when);
+            return;
+        }
+        if (armed_ && timer_.expiry() <= when) return;
+        armed_ = true;
+        timer_.expires_at(when);
+        timer_.async_wait([this](const boost::system::error_code& ec) {
+            if (ec) return;  // cancelled: re-armed earlier, or stopping
+            armed_ = false;
+            Scan();
+        });
+    }
+
+    void Scan() {  // io thread: hands the work to the pool
+        scanning_ = true;
+        scan_ = pool_->Submit([this](pqxx::connection& conn) {
+            std::chrono::milliseconds next = config_.timer_max_sleep;
+            try {
+                next = ScanBlocking(conn);
+            } catch (...) {
+                // The pool reconnects and runs the scan again, or gives up: either way the timers
+                // look again after timer_max_sleep.
+                asio::post(io_, [this] {
+                    scanning_ = false;
+                    Arm(config_.timer_max_sleep);
+                });
+                throw;
+            }
+            asio::post(io_, [this, next] {
+                scanning_ = false;
+                auto delay = next;
+                if (rescan_at_) {
+                    const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        *rescan_at_ - std::chrono::steady_clock::now());
+                    delay = std::min(delay, std::max(until, std::chrono::milliseconds(0)));
+                    rescan_at_.reset();
+                }
+                Arm(delay);
+            });
+        });
+    }
+
+    // Fires every due timer, each in a transaction of its own under the saga's row lock (skipping a
+    // saga another engine is working on: its timer stays due and is seen by the next scan). Returns
+    // the time until the next one.
+    std::chrono::milliseconds ScanBlocking(pqxx::connection& conn) {
+        try {
+            for (;;) {
+                std::vector<detail::DueTimer> due;
+                {
+                    pqxx::read_transaction tx{conn};
+                    due = detail::DueTimers(tx, 100);
+                }
+                int fired = 0;
+                for (const auto& timer : due) fired += FireTimer(conn, timer) ? 1 : 0;
+                if (due.size() < 100 || fired == 0) break;
+            }
+            pqxx::read_transaction tx{conn};
+            return detail::NextTimer(tx).value_or(config_.timer_max_sleep);
+        } catch (const pqxx::broken_connection&) {
+            throw;  // the pool reconnects and runs the scan again
+        } catch (const std::exception& e) {
+            spdlog::warn("engine {}: timer scan failed, retrying in {} ms: {}",
+                         config_.instance_id,
+                         config_.timer_max_sleep.count(),
+                         e.what());
+            return config_.timer_max_sleep;
+        }
+    }
+
+    bool FireTimer(pqxx::connection& conn, const detail::DueTimer& timer) {
+        pqxx::work tx{conn};
+        auto saga = detail::LockSaga(tx, timer.saga_id, LockMode::kSkipLocked);
+        if (!saga) return false;
+        const auto definition = Definition(tx, saga->saga_type, saga->definition_hash);
+        machine::Event event = machine::Timeout{timer.step_name, timer.phase, timer.attempt};
+        if (timer.retry) event = machine::RetryDue{timer.step_name, timer.phase, timer.attempt + 1};
+        const auto decision = machine::Decide(*definition, saga->state, event);
+        if (!decision.ignored.empty()) return false;  // another engine fired it first
+        if (!timer.retry) {
+            detail::RecordEvent(tx,
+                                saga->saga_id,
+                                "timeout",
+                                timer.step_name,
+                                std::string(machine::ToString(timer.phase)),
+                                timer.attempt,
+                                {},
+                                {});
+        }
+        PersistLocked(tx, *definition, *saga, decision);
+        tx.commit();
+        ++counters_.timers_fired;
+        return true;
+    }
+
+    EngineConfig config_;
+    std::string source_;
+    Counters counters_;
+
+    mutable std::shared_mutex definitions_mutex_;
+    std::map<std::string, std::shared_ptr<const SagaDefinition>> by_hash_;
+    std::map<std::string, std::string> sources_;                           // hash -> YAML
+    std::map<std::string, std::shared_ptr<const SagaDefinition>> latest_;  // type -> highest version
+
+    std::mutex rng_mutex_;
+    std::mt19937_64 rng_{std::random_device{}()};
+
+    std::unique_ptr<store::ConnectionPool> pool_;
+    std::unique_ptr<outbox::Relay> relay_;
+    std::unique_ptr<outbox::Consumer> consumer_;
+
+    asio::io_context io_;
+    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+    asio::steady_timer timer_;
+    std::thread io_thread_;
+    std::future<void> scan_;  // written on the io thread; waited for in Stop after the io thread ended
+    bool armed_ = false;      // io thread
+    bool scanning_ = false;   // io thread
+    std::optional<std::chrono::steady_clock::time_point> rescan_at_;  // io thread
+    std::atomic<bool> timers_running_{false};
+    std::atomic<bool> started_{false};
+};
+
+Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Engine::~Engine() = default;
+
+std::string Engine::RegisterDefinitionFile(const std::filesystem::path& path) {
+    auto loaded = LoadDefinitionFile(path);
+    std::string source;
+    if (loaded.definition) {
+        std::ifstream in(path, std::ios::binary);
+        source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    return impl_->Register(std::move(loaded), std::move(source));
+}
+
+std::string Engine::RegisterDefinition(std::string_view yaml, std::string_view source_name) {
+    return impl_->Register(LoadDefinitionString(yaml, source_name), std::string(yaml));
+}
+
+void Engine::Start() {
+    impl_->Start();
+}
+
+void Engine::Stop() {
+    impl_->Stop();
+}
+
+StartResult Engine::StartSaga(const std::string& saga_type, nlohmann::json input, const std::string& idempotency_key) {
+    return impl_->StartSaga(saga_type, std::move(input), idempotency_key);
+}
+
+std::optional<SagaView> Engine::GetSaga(const std::string& saga_id) {
+    return impl_->GetSaga(saga_id);
+}
+
+EngineMetrics Engine::Metrics() const {
+    return impl_->Metrics();
+}
+
+const EngineConfig& Engine::Config() const noexcept {
+    return impl_->Config();
+}
+
+}  // namespace sagaflow

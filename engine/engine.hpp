@@ -1,0 +1,165 @@
+#pragma once
+// The embedding API: everything a service needs to run sagas in-process. Free of libpqxx and
+// librdkafka types (pimpl), so an embedding service does not inherit their headers.
+//
+//     sagaflow::EngineConfig config;
+//     config.database_url = "postgresql://app@db/app";
+//     config.kafka_brokers = "kafka:9092";
+//     sagaflow::Engine engine{config};
+//     engine.RegisterDefinitionFile("sagas/order-payment.yaml");
+//     engine.Start();  // migrations, relay, reply consumer, timers; resumes unfinished sagas
+//     auto started = engine.StartSaga("order-payment", input, "client-key-42");
+//     auto saga = engine.GetSaga(started.saga_id);
+//     engine.Stop();
+//
+// Lifecycle and threads: the constructor only checks the config. Start() runs the migrations,
+// writes the registered definitions, creates the topics, then starts (in this order) the database
+// pool, the outbox relay thread, the reply consumer thread and one io thread for the timers; Stop()
+// stops them in reverse order. StartSaga/GetSaga block on the database (they are for request
+// handlers that run on their own threads, not for an io thread) and may be called from any thread
+// between Start and Stop.
+//
+// Guarantees: each (saga, step, phase) is dispatched at most once, with one command event id that
+// every resend reuses; a reply changes the saga, records its id in the inbox and enqueues the next
+// command in one transaction; timers live in the database and survive restarts; several engines on
+// one database and one consumer group share the sagas (row locks) and take over each other's work.
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/definition.hpp"
+
+namespace sagaflow {
+
+struct EngineConfig {
+    std::string database_url;  // postgresql://user@host:port/db; the password may come from PGPASSWORD
+    std::string kafka_brokers;
+    std::map<std::string, std::string> kafka_properties;  // librdkafka properties (TLS, SASL, ...)
+    // Extra librdkafka properties of the reply consumer only (session.timeout.ms, ...).
+    std::map<std::string, std::string> consumer_properties;
+    // Static group membership (KIP-345): the consumer joins as `instance_id`, so a restarted engine
+    // gets its partitions back at once instead of after a rebalance. Needs a stable instance_id.
+    bool static_membership = false;
+    std::string replies_topic = "sagaflow.replies";
+    std::string consumer_group = "sagaflow-engine";
+    std::string instance_id;  // names this engine in events' `source`; default: hostname-pid
+    int database_pool_size = 4;
+    int topic_partitions = 6;  // for topics the engine creates (replies, commands)
+    bool create_topics = true;
+    bool run_migrations = true;
+    // Which parts run here. An engine with process_sagas = false only starts and reads sagas (an
+    // API front end); the relay may run anywhere, one leader at a time per database.
+    bool process_sagas = true;
+    bool run_relay = true;
+    std::chrono::milliseconds timer_max_sleep{1000};  // the timers re-read the database at least this often
+};
+
+struct StepPhaseRecord {
+    std::string step_name;
+    std::string phase;   // action | compensation
+    std::string status;  // dispatched | succeeded | failed | timed_out
+    int attempt = 1;
+    std::string command_event_id;
+    nlohmann::json reply;                                                   // null until answered
+    std::string dispatched_at, completed_at, next_attempt_at, deadline_at;  // RFC 3339, empty if unset
+};
+
+struct TimelineEntry {
+    std::string at;    // RFC 3339
+    std::string kind;  // started | dispatched | resent | reply | timeout | retry-scheduled | finished | ignored
+    std::string step_name, phase;
+    int attempt = 0;
+    std::string event_id;
+    nlohmann::json detail;
+};
+
+struct SagaView {
+    std::string saga_id;
+    std::string saga_type;
+    int definition_version = 0;
+    std::string definition_hash;
+    std::string status;  // running | compensating | completed | compensated | failed
+    std::string parked_reason;
+    nlohmann::json input;
+    nlohmann::json data;
+    std::string idempotency_key;
+    std::string created_at, updated_at;
+    std::vector<StepPhaseRecord> steps;
+    std::vector<TimelineEntry> timeline;
+
+    bool Terminal() const { return status == "completed" || status == "compensated" || status == "failed"; }
+};
+
+// The answer of StartSaga. Expected outcomes are values: only a broken database throws.
+struct StartResult {
+    enum class Status {
+        kStarted,       // a new saga, `saga_id`
+        kReplayed,      // the key was used before with the same input: that saga's id
+        kConflict,      // the key was used before with other input (`saga_id` is that saga)
+        kInvalidInput,  // `errors` says which fields
+        kUnknownType,   // no definition of that saga type is registered
+    };
+    Status status = Status::kStarted;
+    std::string saga_id;
+    std::vector<InputError> errors;
+    std::string message;  // for the non-started outcomes: what happened and what to do
+
+    bool Accepted() const { return status == Status::kStarted || status == Status::kReplayed; }
+};
+
+struct EngineMetrics {
+    std::uint64_t sagas_started = 0;
+    std::uint64_t replies_applied = 0;
+    std::uint64_t replies_ignored = 0;
+    std::uint64_t timers_fired = 0;
+    std::uint64_t sagas_finished = 0;
+    std::uint64_t sagas_parked = 0;
+    std::uint64_t reply_duplicates = 0;  // dropped by the inbox
+    std::uint64_t outbox_published = 0;
+};
+
+// Thrown by Start() and the Register* functions for configuration and startup errors; the message
+// names the cause and a hint.
+class EngineError : public std::runtime_error {
+  public:
+    using std::runtime_error::runtime_error;
+};
+
+class Engine {
+  public:
+    explicit Engine(EngineConfig config);
+    ~Engine();  // Stop()
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Registers a definition (DefinitionError with every diagnostic if it is invalid) and returns its
+    // hash. New sagas of its type use the highest registered version; running sagas stay on theirs.
+    // Registering another content under a version already in the database is refused.
+    std::string RegisterDefinitionFile(const std::filesystem::path& path);
+    std::string RegisterDefinition(std::string_view yaml, std::string_view source_name);
+
+    void Start();
+    void Stop();
+
+    // Starts a saga, or finds the one the idempotency key started (empty key: always a new saga).
+    StartResult StartSaga(const std::string& saga_type, nlohmann::json input, const std::string& idempotency_key);
+
+    // The saga's state, its step phases and its timeline; nullopt if there is no such saga.
+    std::optional<SagaView> GetSaga(const std::string& saga_id);
+
+    EngineMetrics Metrics() const;
+    const EngineConfig& Config() const noexcept;
+
+  private:
+    class Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sagaflow

@@ -1,0 +1,368 @@
+// The engine against real PostgreSQL and Kafka, with scripted participants: the happy path, a
+// failure at each step, replies delivered three times, timeouts and resends, parked sagas,
+// idempotent starts and definition versions.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <pqxx/pqxx>
+#include <regex>
+#include <set>
+
+#include "engine/engine.hpp"
+#include "outbox/detail/rdkafka.hpp"
+#include "outbox/event.hpp"
+#include "outbox/uuid.hpp"
+#include "tests/support/print.hpp"
+#include "tests/support/saga_rig.hpp"
+#include "tests/support/scripted_participant.hpp"
+#include "tests/support/services.hpp"
+
+using namespace sagaflow;
+using testing::Count;
+using testing::Default;
+using testing::Input;
+using testing::ReceivedCommand;
+using testing::Rig;
+using testing::ScriptedParticipant;
+using testing::ScriptedReply;
+using testing::Sequence;
+using testing::WaitFor;
+
+namespace {
+
+std::string StartOne(Engine& engine, const nlohmann::json& input, const std::string& key) {
+    const auto result = engine.StartSaga("itest-saga", input, key);
+    REQUIRE_MESSAGE(result.status == StartResult::Status::kStarted, result.message);
+    return result.saga_id;
+}
+
+}  // namespace
+
+TEST_CASE("happy path: every step once, in order, data saved and rendered, every command published") {
+    Rig rig;
+    auto participant = rig.Participant(Default);
+    Engine engine{rig.Config()};
+    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
+    engine.Start();
+    std::vector<std::string> ids;
+    for (int n = 0; n < 20; ++n) ids.push_back(StartOne(engine, Input("", "", n), "key-" + std::to_string(n)));
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+
+    const auto received = participant->Received();
+    for (std::size_t n = 0; n < ids.size(); ++n) {
+        const auto saga = engine.GetSaga(ids[n]);
+        REQUIRE(saga);
+        CHECK(saga->status == "completed");
+        CHECK(saga->data["reservation"] == "r-//" + std::to_string(n));
+        CHECK(Sequence(received, ids[n]) ==
+              std::vector<std::string>{"reserve:action", "charge:action", "confirm:action", "notify:action"});
+        REQUIRE(saga->steps.size() == 4);
+        for (const auto& step : saga->steps) CHECK(step.status == "succeeded");
+        CHECK(saga->timeline.front().kind == "started");
+        CHECK(saga->timeline.back().kind == "finished");
+        CHECK(saga->timeline.back().detail["status"] == "completed");
+    }
+    // The saved reservation reached the next command through its template.
+    for (const auto& c : received) {
+        if (c.step_name == "charge") CHECK(c.data["reservation"] == "r-" + c.data["item"].get<std::string>());
+    }
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM outbox") == 80);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_step") == 80);
+    // The command's event id is the step row's: one id per step phase.
+    CHECK(Count(rig.db.Url(),
+                "SELECT count(*) FROM saga_step s JOIN outbox o ON o.event_id = s.command_event_id "
+                "AND o.payload->>'stepname' = s.step_name AND o.payload->>'phase' = s.phase "
+                "AND o.message_key = s.saga_id::text") == 80);
+    const auto metrics = engine.Metrics();
+    CHECK(metrics.sagas_started == 20);
+    CHECK(metrics.sagas_finished == 20);
+    CHECK(metrics.replies_applied == 80);
+    engine.Stop();
+}
+
+TEST_CASE("starting with an idempotency key: same input replays, other input conflicts, bad input names fields") {
+    Rig rig;
+    Engine engine{rig.Config()};
+    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
+    engine.Start();
+    const auto first = engine.StartSaga("itest-saga", {{"item", "x"}}, "k1");
+    REQUIRE(first.status == StartResult::Status::kStarted);
+    // Same input, written differently (defaults spelled out, other key order): the same saga.
+    const auto again = engine.StartSaga("itest-saga", {{"mode", ""}, {"failAt", ""}, {"item", "x"}}, "k1");
+    CHECK(again.status == StartResult::Status::kReplayed);
+    CHECK(again.saga_id == first.saga_id);
+    const auto other = engine.StartSaga("itest-saga", {{"item", "y"}}, "k1");
+    CHECK(other.status == StartResult::Status::kConflict);
+    CHECK(other.saga_id == first.saga_id);
+    CHECK(other.message.find("other input") != std::string::npos);
+    const auto invalid = engine.StartSaga("itest-saga", {{"failAt", 3}}, "k2");
+    CHECK(invalid.status == StartResult::Status::kInvalidInput);
+    REQUIRE(invalid.errors.size() == 2);
+    const auto unknown = engine.StartSaga("no-such-saga", {{"item", "x"}}, "k3");
+    CHECK(unknown.status == StartResult::Status::kUnknownType);
+    // Without a key every call is a new saga.
+    CHECK(engine.StartSaga("itest-saga", {{"item", "x"}}, "").saga_id !=
+          engine.StartSaga("itest-saga", {{"item", "x"}}, "").saga_id);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_instance") == 3);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM outbox") == 3);  // one first command each
+    CHECK_FALSE(engine.GetSaga(outbox::NewUuidV7()));
+    CHECK_FALSE(engine.GetSaga("not-a-uuid"));
+    engine.Stop();
+}
+
+TEST_CASE("a failure at each step compensates exactly the completed compensatable steps, newest first") {
+    Rig rig;
+    auto participant = rig.Participant(Default);
+    Engine engine{rig.Config()};
+    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
+    engine.Start();
+    const std::map<std::string, std::vector<std::string>> expected{
+        {"reserve", {"reserve:action"}},
+        {"charge", {"reserve:action", "charge:action", "reserve:compensation"}},
+        {"confirm",
+         {"reserve:action", "charge:action", "confirm:action", "charge:compensation", "reserve:compensation"}},
+    };
+    std::map<std::string, std::string> saga_of;
+    for (const auto& [step, sequence] : expected) saga_of[step] = StartOne(engine, Input(step, "", 0), "f-" + step);
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+    const auto received = participant->Received();
+    for (const auto& [step, sequence] : expected) {
+        CAPTURE(step);
+        const auto saga = engine.GetSaga(saga_of[step]);
+        CHECK(saga->status == "compensated");
+        CHECK(Sequence(received, saga_of[step]) == sequence);
+        // The refund carries what the reservation step saved.
+        for (const auto& c : received) {
+            if (c.saga_id == saga_of[step] && c.type == "Refund.v1")
+                CHECK(c.data["reservation"] == "r-" + step + "//0");
+        }
+    }
+    engine.Stop();
+}
+
+TEST_CASE("compensations are retried until they succeed; a compensation past its budget parks the saga") {
+    Rig rig;
+    // Release fails twice, then succeeds ("flaky"), or always fails ("stuck"). The compensation
+    // carries no item, so the script looks the saga up in a map the test fills.
+    std::mutex mutex;
+    std::map<std::string, std::string> mode_of;  // saga id -> flaky | stuck
+    auto participant = rig.Participant([&](const ReceivedCommand& c) {
+        std::vector<ScriptedReply> replies = Default(c);
+        std::lock_guard lock(mutex);
+        const std::string mode = mode_of.count(c.saga_id) ? mode_of[c.saga_id] : "";
+        if (c.type == "Release.v1" && (mode == "stuck" || (mode == "flaky" && c.delivery <= 2))) {
+            replies[0].outcome = "failure";
+        }
+        return replies;
+    });
+    Engine engine{rig.Config()};
+    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
+    engine.Start();
+    std::string flaky, stuck;
+    {
+        std::lock_guard lock(mutex);
+        flaky = StartOne(engine, Input("charge", "", 1), "flaky");
+        mode_of[flaky] = "flaky";
+        stuck = StartOne(engine, Input("charge", "", 2), "stuck");
+        mode_of[stuck] = "stuck";
+    }
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+    const auto received = participant->Received();
+    const auto releases = [&](const std::string& saga_id) {
+        std::set<std::string> ids;
+        int deliveries = 0;
+        for (const auto& c : received) {
+            if (c.saga_id == saga_id && c.type == "Release.v1") {
+                ids.insert(c.event_id);
+                ++deliveries;
+            }
+        }
+        CHECK(ids.size() == 1);  // every resend is the same event
+        return deliveries;
+    };
+    const auto flaky_saga = engine.GetSaga(flaky);
+    CHECK(flaky_saga->status == "compensated");
+    CHECK(releases(flaky) == 3);
+    const auto stuck_saga = engine.GetSaga(stuck);
+    CHECK(stuck_saga->status == "failed");
+    CHECK(stuck_saga->parked_reason.find("compensation of step 'reserve'") != std::string::npos);
+    CHECK(releases(stuck) == 4);  // compensationRetry.maxAttempts
+    CHECK(engine.Metrics().sagas_parked == 1);
+    // Operators find parked sagas with a query.
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_instance WHERE status = 'failed' AND parked_reason <> ''") ==
+          1);
+    engine.Stop();
+}
+
+TEST_CASE("a retriable step that keeps failing is retried with the same event id, then parked") {
+    Rig rig;
+    auto participant = rig.Participant(Default);
+    Engine engine{rig.Config()};
+    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
+    engine.Start();
+    const auto id = StartOne(engine, Input("notify", "", 0), "n");
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+    const auto saga = engine.GetSaga(id);
+    CHECK(saga->status == "failed");
+    CHECK(saga->parked_reason.find("retriable step 'notify'") != std::string::npos);
+    std::set<std::string> ids;
+    for (const auto& c : participant->Received()) {
+        if (c.saga_id == id && c.step_name == "notify") ids.insert(c.event_id);
+    }
+    CHECK(ids.size() == 1);
+    const auto notify =
+        std::find_if(saga->steps.begin(), saga->steps.end(), [](const auto& s) { return s.step_name == "notify"; });
+    REQUIRE(notify != saga->steps.end());
+    CHECK(notify->attempt == 3);
+    // Nothing was compensated: the pivot had passed.
+    for (const auto& step : saga->steps) CHECK(step.phase == "action");
+    engine.Stop();
+}
+
+TEST_CASE("every reply delivered three times changes nothing") {
+    Rig rig;
+    // Even sagas: each reply record three times (same event id: the inbox drops two). Odd sagas: a
+    // participant that answers three times (three ids: the saga ignores the answered step).
+    auto participant = rig.Participant([](const ReceivedCommand& c) {
+        auto replies = Default(c);
+        const std::string item = c.data.value("item", std::string());
+        const bool odd = !item.empty() && (item.back() - '0') % 2 == 1;
+        replies[0].copies = 3;
+        replies[0].new_ids = odd;
+        return replies;
+    });
+    Engine engine{rig.Config()};
+    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
+    engine.Start();
+    std::vector<std::string> ids;
+    for (int n = 0; n < 10; ++n)
+        ids.push_back(StartOne(engine, Input(n < 6 ? "" : "charge", "", n), std::to_string(n)));
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+    // Let the last copies arrive, then check nothing moved.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const auto received = participant->Received();
+    for (int n = 0; n < 10; ++n) {
+        const auto saga = engine.GetSaga(ids[static_cast<std::size_t>(n)]);
+        CHECK(saga->status == (n < 6 ? "completed" : "compensated"));
+        CHECK(Sequence(received, saga->saga_id).size() == (n < 6 ? 4U : 3U));
+        for (const auto& c : received) {
+            if (c.saga_id == saga->saga_id) CHECK(c.delivery == 1);  // no command was sent twice
+        }
+    }
+    // 6 x 4 + 4 x 3 step phases, one row and one outbox record each.
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_step") == 36);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM outbox") == 36);
+    const auto metrics = engine.Metrics();
+    CHECK(metrics.replies_applied == 36);
+    CHECK(metrics.reply_duplicates > 0);
+    CHECK(metrics.replies_ignored > 0);
+    // The answers for answered steps (or finished sagas) are recorded in the timeline as ignored,
+    // with the reason; 2 extra answers for each of the 5 odd sagas' step phases.
+    CHECK(metrics.replies_ignored == 2 * (3 * 4 + 2 * 3));
+    CHECK(Count(rig.db.Url(),
+                "SELECT count(*) FROM saga_event WHERE kind = 'ignored' AND (detail->>'reason' LIKE '%is already "
+                "answered' OR detail->>'reason' LIKE 'the saga is already %')") ==
+          static_cast<long long>(metrics.replies_ignored));
+    engine.Stop();
+}
+
+TEST_CASE("a lost command times out and is resent with the same event id; stray replies are recorded and ignored") {
+    Rig rig;
+    // The first delivery of every charge is lost.
+    auto participant = rig.Participant([](const ReceivedCommand& c) {
+        if (c.step_name == "charge" && c.delivery == 1) return std::vector<ScriptedReply>{};
+        return Default(c);
+    });
+    Engine engine{rig.Config()};
+    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
+    engine.Start();
+    const auto id = StartOne(engine, Input("", "", 7), "lost");
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+    const auto saga = engine.GetSaga(id);
+    CHECK(saga->status == "completed");
+    std::vector<std::string> charge_ids;
+    for (const auto& c : participant->Received()) {
+        if (c.saga_id == id && c.step_name == "charge") charge_ids.push_back(c.event_id);
+    }
+    REQUIRE(charge_ids.size() == 2);
+    CHECK(charge_ids[0] == charge_ids[1]);
+    std::vector<std::string> kinds;
+    for (const auto& entry : saga->timeline) {
+        if (entry.step_name == "charge") kinds.push_back(entry.kind);
+    }
+    CHECK(kinds == std::vector<std::string>{"dispatched", "timeout", "retry-scheduled", "resent", "reply"});
+
+    // Replies that belong nowhere: an unknown saga, a bad outcome, a wrong correlation id.
+    const auto produce = [&](const std::string& saga_id, const std::string& outcome, const std::string& corr) {
+        using namespace outbox::detail;
+        auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", rig.brokers}}));
+        outbox::CloudEvent e;
+        e.id = outbox::NewUuidV7();
+        e.type = "Reserve.v1.reply";
+        e.source = "test";
+        e.time = outbox::NowRfc3339();
+        e.saga_id = saga_id;
+        e.step_name = "reserve";
+        e.phase = "action";
+        e.correlation_id = corr;
+        e.data = {{"outcome", outcome}};
+        const std::string value = e.ToJson().dump();
+        REQUIRE(Produce(producer.get(), rig.replies, saga_id, value, nullptr, nullptr) == RD_KAFKA_RESP_ERR_NO_ERROR);
+        rd_kafka_flush(producer.get(), 10'000);
+    };
+    produce(outbox::NewUuidV7(), "success", "");
+    produce(id, "maybe", "");
+    produce(id, "success", outbox::NewUuidV7());
+    CHECK(WaitFor([&] { return Count(rig.db.Url(), "SELECT count(*) FROM saga_event WHERE kind = 'ignored'") == 3; },
+                  std::chrono::seconds(30)));
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_event WHERE kind = 'ignored' AND saga_id IS NULL") == 2);
+    CHECK(engine.GetSaga(id)->status == "completed");
+    engine.Stop();
+}
+
+TEST_CASE("a saga keeps the definition version it started with, across a newer registration and a restart") {
+    Rig rig;
+    std::atomic<bool> hold{true};  // notify is not answered while held
+    auto participant = rig.Participant([&](const ReceivedCommand& c) {
+        if (c.step_name == "notify" && hold.load()) return std::vector<ScriptedReply>{};
+        return Default(c);
+    });
+    auto config = rig.Config();
+    std::string old_id;
+    {
+        Engine engine{config};
+        engine.RegisterDefinition(rig.Yaml(1, "Notify.v1"), "v1.yaml");
+        engine.Start();
+        old_id = StartOne(engine, Input("", "", 1), "old");
+        REQUIRE(WaitFor(
+            [&] {
+                for (const auto& c : participant->Received())
+                    if (c.saga_id == old_id && c.step_name == "notify") return true;
+                return false;
+            },
+            std::chrono::seconds(30)));
+        engine.Stop();
+    }
+    // A new process knows only version 2; the old saga resumes on version 1 (read back from the
+    // database), new sagas start on version 2.
+    Engine engine{config};
+    engine.RegisterDefinition(rig.Yaml(2, "Notify.v2"), "v2.yaml");
+    CHECK_THROWS_WITH_AS(engine.RegisterDefinition(rig.Yaml(2, "Notify.v3"), "v2-edited.yaml"),
+                         doctest::Contains("already registered with other content"),
+                         EngineError);
+    engine.Start();
+    const auto new_id = StartOne(engine, Input("", "", 2), "new");
+    hold = false;
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+    std::map<std::string, std::set<std::string>> notify_types;
+    for (const auto& c : participant->Received()) {
+        if (c.step_name == "notify") notify_types[c.saga_id].insert(c.type);
+    }
+    CHECK(notify_types[old_id] == std::set<std::string>{"Notify.v1"});
+    CHECK(notify_types[new_id] == std::set<std::string>{"Notify.v2"});
+    CHECK(engine.GetSaga(old_id)->definition_version == 1);
+    CHECK(engine.GetSaga(old_id)->status == "completed");
+    CHECK(engine.GetSaga(new_id)->definition_version == 2);
+    engine.Stop();
+}

@@ -1,0 +1,56 @@
+#include "tests/support/process.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace sagaflow::testing {
+
+ChildProcess::ChildProcess(const std::string& program,
+                           const std::vector<std::string>& args,
+                           const std::string& log_file) {
+    std::vector<std::string> all{program};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& arg : all) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+        const int fd = log_file.empty() ? open("/dev/null", O_WRONLY)
+                                        : open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, STDERR_FILENO);
+            dup2(fd, STDOUT_FILENO);
+        }
+        execv(program.c_str(), argv.data());
+        _exit(127);
+    }
+}
+
+ChildProcess::~ChildProcess() {
+    if (pid_ > 0) KillAndWait(SIGKILL);
+}
+
+int ChildProcess::KillAndWait(int signal) {
+    if (pid_ <= 0) return 0;
+    kill(pid_, signal);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+}
+
+std::string SagaflowCli() {
+    const char* cli = std::getenv("SAGAFLOW_CLI");
+    if (cli == nullptr || *cli == '\0') {
+        throw std::runtime_error("SAGAFLOW_CLI is not set. Hint: run this test through ctest");
+    }
+    return cli;
+}
+
+}  // namespace sagaflow::testing
