@@ -228,3 +228,51 @@ TEST_CASE("pivot: a failure compensates before it; an unknown outcome parks the 
         CHECK(run.state.Find("hold", Phase::kCompensation) == nullptr);
     }
 }
+
+TEST_CASE("a participant's 'retry' answer, a reply during the backoff, and timers that lost the race") {
+    SUBCASE("retry outcome schedules the next attempt of the same command") {
+        Run run{OrderPayment(), {}, {}};
+        run(Begin{});
+        const auto& retry = run(Reply{"create-order", Phase::kAction, 1, Outcome::kRetry, {}});
+        REQUIRE(retry.commands.size() == 1);
+        const auto& scheduled = std::get<ScheduleRetry>(retry.commands[0]);
+        CHECK(scheduled.attempt == 2);
+        CHECK(scheduled.delay == std::chrono::milliseconds(100));
+        CHECK(run.state.Find("create-order", Phase::kAction)->awaiting_retry);
+        const auto& resend = OnlyDispatch(run(RetryDue{"create-order", Phase::kAction, 2}));
+        CHECK(resend.attempt == 2);
+        CHECK(resend.step_name == "create-order");
+    }
+    SUBCASE("a late reply while the retry waits answers the step; the due retry is then stale") {
+        Run run{OrderPayment(), {}, {}};
+        run(Begin{});
+        run(Timeout{"create-order", Phase::kAction, 1});
+        CHECK(OnlyDispatch(run(Ok("create-order"))).step_name == "charge-payment");
+        CHECK_FALSE(run.state.Find("create-order", Phase::kAction)->awaiting_retry);
+        CHECK(run(RetryDue{"create-order", Phase::kAction, 2}).ignored ==
+              "the action of step 'create-order' is already answered");
+    }
+    SUBCASE("a timeout that fires after the reply, or for an old attempt, changes nothing") {
+        Run run{OrderPayment(), {}, {}};
+        run(Begin{});
+        run(Ok("create-order"));
+        CHECK(run(Timeout{"create-order", Phase::kAction, 1}).ignored ==
+              "the action of step 'create-order' is already answered");
+        run(Timeout{"charge-payment", Phase::kAction, 1});
+        run(RetryDue{"charge-payment", Phase::kAction, 2});
+        CHECK(run(Timeout{"charge-payment", Phase::kAction, 1}).ignored == "stale timeout of attempt 1");
+    }
+    SUBCASE("a timeout during the backoff is stale too") {
+        Run run{OrderPayment(), {}, {}};
+        run(Begin{});
+        run(Timeout{"create-order", Phase::kAction, 1});
+        CHECK(run(Timeout{"create-order", Phase::kAction, 1}).ignored == "stale timeout of attempt 1");
+    }
+    SUBCASE("a saga without steps completes at once") {
+        SagaDefinition empty = OrderPayment();
+        empty.steps.clear();
+        Run run{empty, {}, {}};
+        CHECK(FinishedAs(run(Begin{})) == SagaStatus::kCompleted);
+        CHECK(run.state.status == SagaStatus::kCompleted);
+    }
+}
