@@ -17,10 +17,23 @@ pkg_check_modules(PQXX QUIET IMPORTED_TARGET libpqxx>=6.4)
 if(NOT PQXX_FOUND)
     sagaflow_missing("libpqxx >= 6.4" "libpqxx-dev")
 endif()
+# fmt (Debian libfmt-dev): type-safe formatting for tables and progress lines.
+find_package(fmt QUIET)
+if(NOT fmt_FOUND)
+    sagaflow_missing("fmt" "libfmt-dev")
+endif()
+
 # spdlog (Debian libspdlog-dev): leveled, formatted logging shared by every module.
 find_package(spdlog QUIET)
 if(NOT spdlog_FOUND)
     sagaflow_missing("spdlog" "libspdlog-dev")
+endif()
+
+# CLI11 (Debian libcli11-dev, header-only): subcommands, validated options and help text for free,
+# instead of a hand-written argv parser (the CLI and the example services).
+find_package(CLI11 QUIET)
+if(NOT CLI11_FOUND)
+    sagaflow_missing("CLI11" "libcli11-dev")
 endif()
 
 find_package(Boost 1.81 QUIET)

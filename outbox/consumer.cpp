@@ -177,6 +177,7 @@ class Consumer::Impl {
             if (!record.inbound) continue;
             if (fresh.erase(record.inbound->event.id) == 0) {  // seen before, or twice in this batch
                 ++duplicates;
+                if (options_.on_duplicate) options_.on_duplicate(tx, *record.inbound);
                 continue;
             }
             handler_(tx, *record.inbound);
@@ -189,6 +190,7 @@ class Consumer::Impl {
     void ApplyOne(pqxx::work& tx, Record& record) {
         if (!store::InboxFirstTime(tx, options_.inbox_name, record.inbound->event.id)) {
             ++metrics_.duplicates;
+            if (options_.on_duplicate) options_.on_duplicate(tx, *record.inbound);
             return;
         }
         handler_(tx, *record.inbound);

@@ -50,6 +50,9 @@ struct ConsumerOptions {
     int batch_size = 200;
     std::chrono::milliseconds batch_wait{20};
     int max_handler_attempts = 5;
+    // Called, inside the transaction, for a delivery the inbox dropped as a duplicate: a participant
+    // answers a resent command with its stored reply again. Optional.
+    EventHandler on_duplicate;
 };
 
 class Consumer {

@@ -16,8 +16,10 @@
 namespace sagaflow::outbox {
 namespace {
 
-// "sagaflow relay": the session advisory lock that makes one relay the publisher.
-constexpr long long kRelayLock = 0x736667726c79;
+// "sfrl": the session advisory lock that makes one relay the publisher of an outbox. Its second
+// key is the outbox's schema, so services that share a database on schemas of their own (the
+// example participants) each have a leader.
+constexpr int kRelayLock = 0x7366726c;
 // Not a librdkafka code: the slot still waits for its delivery report.
 constexpr auto kPending = RD_KAFKA_RESP_ERR__BEGIN;
 
@@ -101,7 +103,9 @@ class Relay::Impl {
         while (!stopping_.load()) {
             if (!leader_.load()) {
                 pqxx::nontransaction tx{*conn};
-                leader_ = tx.exec1("SELECT pg_try_advisory_lock(" + std::to_string(kRelayLock) + ")")[0].as<bool>();
+                leader_ = tx.exec1("SELECT pg_try_advisory_lock(" + std::to_string(kRelayLock) +
+                                   ", hashtext(current_schema()))")[0]
+                              .as<bool>();
                 if (!leader_.load()) {
                     SleepUnlessStopping(options_.poll_interval);
                     continue;

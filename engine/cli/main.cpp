@@ -4,12 +4,14 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/cli/demo.hpp"
 #include "engine/definition_graph.hpp"
 #include "engine/definition_loader.hpp"
 #include "engine/engine.hpp"
@@ -234,6 +236,28 @@ int main(int argc, char** argv) {
                     run_flags.consumer_properties,
                     "librdkafka KEY=VALUE for the reply consumer (repeatable)");
 
+    sagaflow::cli::DemoOptions demo_options;
+    {
+        // Next to this binary in a build tree: <build>/engine/cli/sagaflow -> <build>/examples/order-payment.
+        std::error_code ec;
+        const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+        if (!ec) demo_options.services_dir = (self.parent_path() / "../../examples/order-payment").lexically_normal();
+    }
+    demo_options.saga_file = "sagas/order-payment.yaml";
+    auto* demo =
+        app.add_subcommand("demo", "Run the sample order-payment saga end to end and check the money invariant");
+    demo->add_option(
+        "--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL); ./scripts/demo starts a private one");
+    demo->add_option("--kafka", demo_options.kafka, "Kafka bootstrap servers (default: an embedded Kafka)");
+    demo->add_option("--services-dir", demo_options.services_dir, "where the example services are")
+        ->capture_default_str();
+    demo->add_option("--saga", demo_options.saga_file, "the order-payment definition")
+        ->check(CLI::ExistingFile)
+        ->capture_default_str();
+    demo->add_option("--sagas", demo_options.sagas, "how many sagas")
+        ->check(CLI::Range(5, 100000))
+        ->capture_default_str();
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& e) {
@@ -253,6 +277,10 @@ int main(int argc, char** argv) {
         if (*sweep) return Sweep(DbUrl(db_flag), ttl_hours);
         if (*relay) return RunRelay(DbUrl(db_flag), brokers);
         if (*run) return RunEngine(DbUrl(db_flag), run_flags);
+        if (*demo) {
+            demo_options.db_url = DbUrl(db_flag);
+            return sagaflow::cli::RunDemo(demo_options);
+        }
     } catch (const CLI::ParseError& e) {
         return app.exit(e), kExitUsage;
     } catch (const std::exception& e) {

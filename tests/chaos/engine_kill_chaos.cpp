@@ -11,12 +11,12 @@
 #include <random>
 #include <set>
 
+#include "engine/detail/child_process.hpp"
 #include "engine/engine.hpp"
-#include "tests/support/process.hpp"
 #include "tests/support/saga_rig.hpp"
 
 using namespace sagaflow;
-using testing::ChildProcess;
+using detail::ChildProcess;
 using testing::Count;
 using testing::Rig;
 using testing::WaitFor;

@@ -92,6 +92,14 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
     return done();
 }
 
+std::string SagaflowCli() {
+    const char* cli = std::getenv("SAGAFLOW_CLI");
+    if (cli == nullptr || *cli == '\0') {
+        throw std::runtime_error("SAGAFLOW_CLI is not set. Hint: run this test through ctest");
+    }
+    return cli;
+}
+
 void CreateTopic(const std::string& brokers, const std::string& topic, int partitions) {
     outbox::EnsureTopicsBlocking(brokers, {}, {topic}, partitions);
 }

@@ -47,4 +47,7 @@ long long Count(const std::string& url, const std::string& sql);
 // Polls `done` every 100 ms until it holds or `timeout` passes; returns its last answer.
 bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout);
 
+// The sagaflow CLI the tests run (SAGAFLOW_CLI, set by ctest); throws naming the fix when missing.
+std::string SagaflowCli();
+
 }  // namespace sagaflow::testing

@@ -1,12 +1,13 @@
 #pragma once
-// A child process for tests that kill and restart sagaflow binaries.
+// A child process: the demo runs the example services with it, and the tests kill and restart
+// sagaflow binaries with it.
 
 #include <sys/types.h>
 
 #include <string>
 #include <vector>
 
-namespace sagaflow::testing {
+namespace sagaflow::detail {
 
 class ChildProcess {
   public:
@@ -19,12 +20,11 @@ class ChildProcess {
     pid_t Pid() const noexcept { return pid_; }
     // Sends `signal` and waits for the end; returns the raw waitpid status.
     int KillAndWait(int signal);
+    // Waits for the child to end by itself; returns the raw waitpid status.
+    int Wait();
 
   private:
     pid_t pid_ = -1;
 };
 
-// The sagaflow CLI the tests run (SAGAFLOW_CLI, set by ctest); fails the test when missing.
-std::string SagaflowCli();
-
-}  // namespace sagaflow::testing
+}  // namespace sagaflow::detail

@@ -1,14 +1,13 @@
-#include "tests/support/process.hpp"
+#include "engine/detail/child_process.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <stdexcept>
 
-namespace sagaflow::testing {
+namespace sagaflow::detail {
 
 ChildProcess::ChildProcess(const std::string& program,
                            const std::vector<std::string>& args,
@@ -36,6 +35,14 @@ ChildProcess::~ChildProcess() {
     if (pid_ > 0) KillAndWait(SIGKILL);
 }
 
+int ChildProcess::Wait() {
+    if (pid_ <= 0) return 0;
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+}
+
 int ChildProcess::KillAndWait(int signal) {
     if (pid_ <= 0) return 0;
     kill(pid_, signal);
@@ -45,12 +52,4 @@ int ChildProcess::KillAndWait(int signal) {
     return status;
 }
 
-std::string SagaflowCli() {
-    const char* cli = std::getenv("SAGAFLOW_CLI");
-    if (cli == nullptr || *cli == '\0') {
-        throw std::runtime_error("SAGAFLOW_CLI is not set. Hint: run this test through ctest");
-    }
-    return cli;
-}
-
-}  // namespace sagaflow::testing
+}  // namespace sagaflow::detail

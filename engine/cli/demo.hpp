@@ -1,0 +1,20 @@
+#pragma once
+// `sagaflow demo`: the sample order-payment saga end to end (scripts/demo starts the PostgreSQL).
+
+#include <string>
+
+namespace sagaflow::cli {
+
+struct DemoOptions {
+    std::string db_url;
+    std::string kafka;         // empty: an embedded Kafka (librdkafka's mock cluster)
+    std::string services_dir;  // where sagaflow-order-service and sagaflow-payment-service are
+    std::string saga_file;     // sagas/order-payment.yaml
+    int sagas = 40;
+};
+
+// Runs the scenario, prints progress, the outcomes, one timeline and the money invariant. Returns
+// 0 only when the invariant holds.
+int RunDemo(const DemoOptions& options);
+
+}  // namespace sagaflow::cli

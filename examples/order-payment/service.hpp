@@ -1,0 +1,79 @@
+#pragma once
+// What the two example services share: their command line, and running a Participant until
+// SIGINT/SIGTERM with a progress line every few seconds.
+
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "engine/participant.hpp"
+
+namespace example {
+
+struct ServiceFlags {
+    std::string db;
+    std::string schema;
+    std::string brokers;
+    std::string replies_topic = "sagaflow.replies";
+    bool no_create_topics = false;
+    std::vector<std::string> consumer_properties;  // KEY=VALUE
+};
+
+inline void AddServiceFlags(CLI::App& app, ServiceFlags& flags, const std::string& default_schema) {
+    flags.schema = default_schema;
+    app.add_option("--db", flags.db, "PostgreSQL URL")->required();
+    app.add_option("--schema", flags.schema, "the service's own schema")->capture_default_str();
+    app.add_option("--brokers", flags.brokers, "Kafka bootstrap servers")->required();
+    app.add_option("--replies-topic", flags.replies_topic, "where replies go")->capture_default_str();
+    app.add_flag("--no-create-topics", flags.no_create_topics, "the topics exist already (embedded Kafka)");
+    app.add_option("--consumer-property", flags.consumer_properties, "librdkafka KEY=VALUE for the command consumer");
+}
+
+inline sagaflow::ParticipantConfig ConfigFrom(const ServiceFlags& flags, const std::string& name) {
+    sagaflow::ParticipantConfig config;
+    config.name = name;
+    config.database_url = flags.db;
+    config.schema = flags.schema;
+    config.kafka_brokers = flags.brokers;
+    config.replies_topic = flags.replies_topic;
+    config.create_topics = !flags.no_create_topics;
+    config.kafka_properties["log_level"] = "3";
+    for (const auto& pair : flags.consumer_properties) {
+        const auto eq = pair.find('=');
+        if (eq != std::string::npos) config.consumer_properties[pair.substr(0, eq)] = pair.substr(eq + 1);
+    }
+    return config;
+}
+
+inline std::atomic<bool> g_stop{false};
+
+// Starts the participant, prints progress every 5 s, stops on SIGINT/SIGTERM.
+inline int RunUntilSignalled(sagaflow::Participant& participant, const std::string& name) {
+    std::signal(SIGINT, [](int) { g_stop = true; });
+    std::signal(SIGTERM, [](int) { g_stop = true; });
+    try {
+        participant.Start();
+    } catch (const std::exception& e) {
+        std::cerr << name << ": cannot start: " << e.what() << std::endl;
+        return 1;
+    }
+    std::cerr << name << ": running" << std::endl;
+    for (int tick = 0; !g_stop.load(); ++tick) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (tick % 50 == 49) {
+            const auto m = participant.Metrics();
+            std::cerr << name << ": applied " << m.applied << ", replayed " << m.replayed << ", duplicates dropped "
+                      << m.duplicates << ", null compensations " << m.null_compensations << ", refused late actions "
+                      << m.refused_late_actions << std::endl;
+        }
+    }
+    participant.Stop();
+    return 0;
+}
+
+}  // namespace example

@@ -1,0 +1,188 @@
+// The participant API against real PostgreSQL and Kafka: effect, dedup and reply in one
+// transaction; a repeated command gets the stored reply (same reply event id); null compensation;
+// anti-hanging; a Retry answer leaves nothing behind.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <pqxx/pqxx>
+
+#include "engine/participant.hpp"
+#include "outbox/detail/rdkafka.hpp"
+#include "outbox/event.hpp"
+#include "outbox/uuid.hpp"
+#include "tests/support/kafka_read.hpp"
+#include "tests/support/services.hpp"
+
+using namespace sagaflow;
+using testing::Count;
+using testing::WaitFor;
+
+namespace {
+
+struct ParticipantRig {
+    testing::ScratchDatabase db;
+    std::string brokers = testing::KafkaBrokers();
+    std::string name = "p-" + testing::UniqueName("x").substr(2);
+    std::string replies = "replies-" + name;
+    std::atomic<int> charges{0};
+    std::atomic<int> refunds{0};
+    std::atomic<int> flaky_calls{0};
+    std::unique_ptr<Participant> participant;
+
+    ParticipantRig() {
+        ParticipantConfig config;
+        config.name = name;
+        config.database_url = db.Url();
+        config.schema = "svc";
+        config.kafka_brokers = brokers;
+        config.replies_topic = replies;
+        participant = std::make_unique<Participant>(config);
+        participant->Setup([](Transaction& tx) {
+            tx.Execute("CREATE TABLE IF NOT EXISTS effect (saga_id uuid, what text, amount int)");
+        });
+        participant->OnAction("Charge.v1", [this](Transaction& tx, const Command& c) {
+            ++charges;
+            tx.Execute("INSERT INTO effect VALUES ($1::uuid, 'charge', $2::int)",
+                       {c.saga_id, std::to_string(c.data.value("amount", 0))});
+            return StepReply::Success({{"charged", c.data.value("amount", 0)}});
+        });
+        participant->OnCompensation("Refund.v1", [this](Transaction& tx, const Command& c) {
+            ++refunds;
+            tx.Execute("INSERT INTO effect VALUES ($1::uuid, 'refund', 0)", {c.saga_id});
+            return StepReply::Success();
+        });
+        // Fails transiently on its first call, after writing: the write must not survive.
+        participant->OnAction("Flaky.v1", [this](Transaction& tx, const Command& c) {
+            tx.Execute("INSERT INTO effect VALUES ($1::uuid, 'flaky', 0)", {c.saga_id});
+            if (++flaky_calls == 1) return StepReply::Retry("provider unavailable");
+            return StepReply::Success();
+        });
+        participant->Start();
+    }
+
+    // Sends a command as the engine would (the same event id on a resend).
+    void Send(const outbox::CloudEvent& command) const {
+        using namespace outbox::detail;
+        auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", brokers}}));
+        const std::string value = command.ToJson().dump();
+        REQUIRE(Produce(producer.get(), name + ".commands", command.saga_id, value, nullptr, nullptr) ==
+                RD_KAFKA_RESP_ERR_NO_ERROR);
+        REQUIRE(rd_kafka_flush(producer.get(), 10'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
+
+    std::vector<outbox::CloudEvent> Replies(std::size_t expected) const {
+        std::vector<outbox::CloudEvent> out;
+        for (const auto& record : testing::ReadTopic(brokers, replies, expected, std::chrono::seconds(30))) {
+            std::string reason;
+            if (auto e = outbox::ParseCloudEvent(record.value, reason)) out.push_back(*e);
+        }
+        return out;
+    }
+
+    std::string SvcUrl() const { return participant->DatabaseUrl(); }
+};
+
+outbox::CloudEvent MakeCommand(const std::string& saga_id,
+                               const std::string& step,
+                               const std::string& phase,
+                               const std::string& type,
+                               nlohmann::json data = nlohmann::json::object()) {
+    outbox::CloudEvent e;
+    e.id = outbox::NewUuidV7();
+    e.type = type;
+    e.source = "test-engine";
+    e.time = outbox::NowRfc3339();
+    e.saga_id = saga_id;
+    e.step_name = step;
+    e.phase = phase;
+    e.data = std::move(data);
+    return e;
+}
+
+}  // namespace
+
+TEST_CASE("a command is applied once; its repeats get the stored reply with the same event id") {
+    ParticipantRig rig;
+    const auto saga = outbox::NewUuidV7();
+    const auto charge = MakeCommand(saga, "charge", "action", "Charge.v1", {{"amount", 42}});
+    rig.Send(charge);
+    const auto first = rig.Replies(1);
+    REQUIRE(first.size() == 1);
+    CHECK(first[0].correlation_id == charge.id);
+    CHECK(first[0].data["outcome"] == "success");
+    CHECK(first[0].data["charged"] == 42);
+    CHECK(first[0].saga_id == saga);
+    // The engine's resend after a timeout (same event id), twice, each answered before the next.
+    rig.Send(charge);
+    REQUIRE(rig.Replies(2).size() == 2);
+    rig.Send(charge);
+    const auto all = rig.Replies(3);
+    REQUIRE(all.size() == 3);
+    for (const auto& reply : all) {
+        CHECK(reply.id == first[0].id);  // the stored reply, re-armed: same id, same data
+        CHECK(reply.data == first[0].data);
+    }
+    CHECK(rig.charges == 1);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect WHERE what = 'charge'") == 1);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM participant_step WHERE status = 'succeeded'") == 1);
+    CHECK(rig.participant->Metrics().replayed >= 2);
+    // Its compensation runs the handler (the action was applied), once.
+    const auto refund = MakeCommand(saga, "charge", "compensation", "Refund.v1");
+    rig.Send(refund);
+    rig.Send(refund);
+    CHECK(WaitFor([&] { return rig.Replies(5).size() == 5; }, std::chrono::seconds(30)));
+    CHECK(rig.refunds == 1);
+}
+
+TEST_CASE("a compensation before its action is a null compensation, and the late action is refused") {
+    ParticipantRig rig;
+    const auto saga = outbox::NewUuidV7();
+    const auto refund = MakeCommand(saga, "charge", "compensation", "Refund.v1");
+    rig.Send(refund);
+    const auto replies = rig.Replies(1);
+    REQUIRE(replies.size() == 1);
+    CHECK(replies[0].data["outcome"] == "success");
+    CHECK(replies[0].data["nullCompensation"] == true);
+    CHECK(rig.refunds == 0);  // nothing to undo: the handler does not run
+    // The action arrives late (a slow network): refused, never applied.
+    const auto charge = MakeCommand(saga, "charge", "action", "Charge.v1", {{"amount", 7}});
+    rig.Send(charge);
+    const auto both = rig.Replies(2);
+    REQUIRE(both.size() == 2);
+    CHECK(both[1].correlation_id == charge.id);
+    CHECK(both[1].data["outcome"] == "failure");
+    CHECK(both[1].data["reason"] == "the step was compensated before its action arrived");
+    CHECK(rig.charges == 0);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect") == 0);
+    const auto m = rig.participant->Metrics();
+    CHECK(m.null_compensations == 1);
+    CHECK(m.refused_late_actions == 1);
+}
+
+TEST_CASE("a Retry answer stores nothing and rolls back the handler's writes; the resend runs it again") {
+    ParticipantRig rig;
+    const auto saga = outbox::NewUuidV7();
+    const auto flaky = MakeCommand(saga, "flaky", "action", "Flaky.v1");
+    rig.Send(flaky);
+    const auto first = rig.Replies(1);
+    REQUIRE(first.size() == 1);
+    CHECK(first[0].data["outcome"] == "retry");
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect") == 0);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM participant_step") == 0);
+    rig.Send(flaky);  // the engine's resend: same event id, dropped by the inbox but answered
+    const auto second = rig.Replies(2);
+    REQUIRE(second.size() == 2);
+    CHECK(second[1].data["outcome"] == "success");
+    CHECK(rig.flaky_calls == 2);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect WHERE what = 'flaky'") == 1);
+}
+
+TEST_CASE("a command type without a handler is answered with a failure that names it, and not stored") {
+    ParticipantRig rig;
+    rig.Send(MakeCommand(outbox::NewUuidV7(), "ship", "action", "Ship.v1"));
+    const auto replies = rig.Replies(1);
+    REQUIRE(replies.size() == 1);
+    CHECK(replies[0].data["outcome"] == "failure");
+    CHECK(replies[0].data["reason"].get<std::string>().find("no handler for action Ship.v1") != std::string::npos);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM participant_step") == 0);
+}
