@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "engine/definition_loader.hpp"
+#include "engine/detail/runtime.hpp"
 #include "engine/detail/saga_store.hpp"
 #include "outbox/admin.hpp"
 #include "outbox/consumer.hpp"
@@ -106,8 +107,8 @@ class Engine::Impl {
             auto& latest = latest_[definition->name];
             if (!latest || latest->version < definition->version) latest = definition;
         }
-        if (pool_) {
-            pool_->RunBlocking([&](pqxx::connection& conn) {
+        if (parts_.pool) {
+            parts_.pool->RunBlocking([&](pqxx::connection& conn) {
                 pqxx::work tx{conn};
                 WriteDefinition(tx, *definition, source);
                 tx.commit();
@@ -171,14 +172,10 @@ class Engine::Impl {
             const auto report = store::MigrateBlocking(config_.database_url, store::BuiltinMigrations());
             static_cast<void>(report);
         }
-        store::PoolOptions pool_options;
-        pool_options.url = config_.database_url;
-        pool_options.size = config_.database_pool_size;
-        pool_options.on_connect = [](pqxx::connection& conn) { store::PrepareInbox(conn); };
-        pool_ = std::make_unique<store::ConnectionPool>(pool_options);
+        parts_.StartPool(config_.database_url, config_.database_pool_size);
         {
             std::shared_lock lock(definitions_mutex_);
-            pool_->RunBlocking([&](pqxx::connection& conn) {
+            parts_.pool->RunBlocking([&](pqxx::connection& conn) {
                 pqxx::work tx{conn};
                 for (const auto& [hash, definition] : by_hash_) WriteDefinition(tx, *definition, sources_.at(hash));
                 tx.commit();
@@ -196,12 +193,7 @@ class Engine::Impl {
                 config_.kafka_brokers, config_.kafka_properties, topics, config_.topic_partitions);
         }
         if (config_.run_relay) {
-            outbox::RelayOptions relay_options;
-            relay_options.db_url = config_.database_url;
-            relay_options.brokers = config_.kafka_brokers;
-            relay_options.properties = config_.kafka_properties;
-            relay_ = std::make_unique<outbox::Relay>(relay_options);
-            relay_->Start();
+            parts_.StartRelay(config_.database_url, config_.kafka_brokers, config_.kafka_properties);
         }
         if (config_.process_sagas) {
             outbox::ConsumerOptions consumer_options;
@@ -212,11 +204,10 @@ class Engine::Impl {
             consumer_options.properties = config_.kafka_properties;
             for (const auto& [key, value] : config_.consumer_properties) consumer_options.properties[key] = value;
             if (config_.static_membership) consumer_options.properties["group.instance.id"] = config_.instance_id;
-            consumer_ = std::make_unique<outbox::Consumer>(
-                *pool_, consumer_options, [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnReply(tx, in); });
-            consumer_->Start();
+            parts_.StartConsumer(consumer_options,
+                                 [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnReply(tx, in); });
 
-            const auto active = pool_->RunBlocking([](pqxx::connection& conn) {
+            const auto active = parts_.pool->RunBlocking([](pqxx::connection& conn) {
                 pqxx::read_transaction tx{conn};
                 return tx.exec("SELECT count(*) FROM saga_instance WHERE status IN ('running', 'compensating')")[0][0]
                     .as<std::int64_t>();
@@ -242,12 +233,7 @@ class Engine::Impl {
             rescan_at_.reset();
         }
         if (scan_.valid()) scan_.wait();  // the io thread is gone: nothing starts another scan
-        if (consumer_) consumer_->Stop();
-        if (relay_) relay_->Stop();
-        if (pool_) pool_->Stop();
-        consumer_.reset();
-        relay_.reset();
-        pool_.reset();
+        parts_.Stop();
     }
 
     // --- starting and reading sagas ----------------------------------------------------------------
@@ -272,7 +258,7 @@ class Engine::Impl {
             return result;
         }
         std::optional<std::chrono::milliseconds> next_timer;
-        result = pool_->RunBlocking([&](pqxx::connection& conn) {
+        result = parts_.pool->RunBlocking([&](pqxx::connection& conn) {
             pqxx::work tx{conn};
             StartResult r;
             const std::string saga_id = outbox::NewUuidV7();
@@ -329,7 +315,7 @@ class Engine::Impl {
     std::optional<SagaView> GetSaga(const std::string& saga_id) {
         RequireStarted();
         if (!store::IsUuid(saga_id)) return std::nullopt;
-        return pool_->RunBlocking([&](pqxx::connection& conn) -> std::optional<SagaView> {
+        return parts_.pool->RunBlocking([&](pqxx::connection& conn) -> std::optional<SagaView> {
             pqxx::read_transaction tx{conn};
             const auto rows = tx.exec_params(
                 "SELECT saga_type, definition_version, definition_hash, status, coalesce(parked_reason, ''), "
@@ -389,8 +375,8 @@ class Engine::Impl {
         m.timers_fired = counters_.timers_fired;
         m.sagas_finished = counters_.sagas_finished;
         m.sagas_parked = counters_.sagas_parked;
-        if (consumer_) m.reply_duplicates = consumer_->Metrics().duplicates;
-        if (relay_) m.outbox_published = relay_->Metrics().published;
+        if (parts_.consumer) m.reply_duplicates = parts_.consumer->Metrics().duplicates;
+        if (parts_.relay) m.outbox_published = parts_.relay->Metrics().published;
         return m;
     }
 
@@ -510,7 +496,7 @@ class Engine::Impl {
 
     void Scan() {  // io thread: hands the work to the pool
         scanning_ = true;
-        scan_ = pool_->Submit([this](pqxx::connection& conn) {
+        scan_ = parts_.pool->Submit([this](pqxx::connection& conn) {
             std::chrono::milliseconds next = config_.timer_max_sleep;
             try {
                 next = ScanBlocking(conn);
@@ -602,9 +588,7 @@ class Engine::Impl {
     std::mutex rng_mutex_;
     std::mt19937_64 rng_{std::random_device{}()};
 
-    std::unique_ptr<store::ConnectionPool> pool_;
-    std::unique_ptr<outbox::Relay> relay_;
-    std::unique_ptr<outbox::Consumer> consumer_;
+    detail::Runtime parts_;  // pool, relay, reply consumer
 
     asio::io_context io_;
     std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;

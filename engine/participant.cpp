@@ -5,6 +5,7 @@
 #include <atomic>
 #include <pqxx/pqxx>
 
+#include "engine/detail/runtime.hpp"
 #include "engine/engine.hpp"
 #include "outbox/admin.hpp"
 #include "outbox/consumer.hpp"
@@ -129,7 +130,7 @@ class Participant::Impl {
     void Setup(std::function<void(Transaction&)> setup) { setups_.push_back(std::move(setup)); }
 
     void Start() {
-        if (pool_) return;
+        if (parts_.pool) return;
         if (!config_.schema.empty()) {
             auto conn = store::ConnectOnce(config_.database_url);
             pqxx::work tx{*conn};
@@ -137,13 +138,9 @@ class Participant::Impl {
             tx.commit();
         }
         if (config_.run_migrations) store::MigrateBlocking(url_, store::BuiltinMigrations());
-        store::PoolOptions pool_options;
-        pool_options.url = url_;
-        pool_options.size = config_.database_pool_size;
-        pool_options.on_connect = [](pqxx::connection& conn) { store::PrepareInbox(conn); };
-        pool_ = std::make_unique<store::ConnectionPool>(pool_options);
+        parts_.StartPool(url_, config_.database_pool_size);
         if (!setups_.empty()) {
-            pool_->RunBlocking([&](pqxx::connection& conn) {
+            parts_.pool->RunBlocking([&](pqxx::connection& conn) {
                 pqxx::work tx{conn};
                 Transaction t{static_cast<pqxx::transaction_base*>(&tx)};
                 for (const auto& setup : setups_) setup(t);
@@ -158,12 +155,7 @@ class Participant::Impl {
                                          config_.topic_partitions);
         }
         if (config_.run_relay) {
-            outbox::RelayOptions relay_options;
-            relay_options.db_url = url_;
-            relay_options.brokers = config_.kafka_brokers;
-            relay_options.properties = config_.kafka_properties;
-            relay_ = std::make_unique<outbox::Relay>(relay_options);
-            relay_->Start();
+            parts_.StartRelay(url_, config_.kafka_brokers, config_.kafka_properties);
         }
         outbox::ConsumerOptions options;
         options.brokers = config_.kafka_brokers;
@@ -173,20 +165,11 @@ class Participant::Impl {
         options.properties = config_.kafka_properties;
         for (const auto& [key, value] : config_.consumer_properties) options.properties[key] = value;
         options.on_duplicate = [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnCommand(tx, in); };
-        consumer_ = std::make_unique<outbox::Consumer>(
-            *pool_, options, [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnCommand(tx, in); });
-        consumer_->Start();
+        parts_.StartConsumer(options, [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnCommand(tx, in); });
         spdlog::info("participant {}: consuming {}", config_.name, commands);
     }
 
-    void Stop() {
-        if (consumer_) consumer_->Stop();
-        if (relay_) relay_->Stop();
-        if (pool_) pool_->Stop();
-        consumer_.reset();
-        relay_.reset();
-        pool_.reset();
-    }
+    void Stop() { parts_.Stop(); }
 
     ParticipantMetrics Metrics() const {
         ParticipantMetrics m;
@@ -195,7 +178,7 @@ class Participant::Impl {
         m.null_compensations = null_compensations_;
         m.refused_late_actions = refused_late_actions_;
         m.retries = retries_;
-        if (consumer_) m.duplicates = consumer_->Metrics().duplicates;
+        if (parts_.consumer) m.duplicates = parts_.consumer->Metrics().duplicates;
         return m;
     }
 
@@ -351,9 +334,7 @@ class Participant::Impl {
     std::string source_;
     std::map<std::pair<std::string, std::string>, CommandHandler> handlers_;  // (phase, type) -> handler
     std::vector<std::function<void(Transaction&)>> setups_;
-    std::unique_ptr<store::ConnectionPool> pool_;
-    std::unique_ptr<outbox::Relay> relay_;
-    std::unique_ptr<outbox::Consumer> consumer_;
+    detail::Runtime parts_;  // pool, relay, command consumer
     std::atomic<std::uint64_t> applied_{0}, replayed_{0}, null_compensations_{0}, refused_late_actions_{0}, retries_{0};
 };
 

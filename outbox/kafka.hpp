@@ -5,6 +5,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace sagaflow::outbox {
 
@@ -17,5 +18,8 @@ class KafkaError : public std::runtime_error {
   public:
     using std::runtime_error::runtime_error;
 };
+
+// "KEY=VALUE" strings (command-line flags) as properties; KafkaError naming the bad one otherwise.
+KafkaProperties ParseKafkaProperties(const std::vector<std::string>& pairs);
 
 }  // namespace sagaflow::outbox

@@ -16,6 +16,7 @@
 #include "engine/definition_loader.hpp"
 #include "engine/engine.hpp"
 #include "engine/version.hpp"
+#include "outbox/kafka.hpp"
 #include "outbox/relay.hpp"
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
@@ -125,19 +126,6 @@ struct RunFlags {
     std::vector<std::string> consumer_properties;
 };
 
-// KEY=VALUE pairs into a property map; a pair without '=' is a usage error naming the flag.
-std::map<std::string, std::string> Properties(const std::vector<std::string>& pairs, const std::string& flag) {
-    std::map<std::string, std::string> out;
-    for (const auto& pair : pairs) {
-        const auto eq = pair.find('=');
-        if (eq == std::string::npos || eq == 0) {
-            throw CLI::ValidationError(flag, "'" + pair + "' is not KEY=VALUE");
-        }
-        out[pair.substr(0, eq)] = pair.substr(eq + 1);
-    }
-    return out;
-}
-
 // Runs the engine until SIGINT/SIGTERM; prints a progress line every 5 s.
 int RunEngine(const std::string& url, const RunFlags& flags) {
     sagaflow::EngineConfig config;
@@ -148,8 +136,8 @@ int RunEngine(const std::string& url, const RunFlags& flags) {
     config.instance_id = flags.instance;
     config.run_relay = !flags.no_relay;
     config.static_membership = flags.static_membership;
-    config.kafka_properties = Properties(flags.kafka_properties, "--kafka-property");
-    config.consumer_properties = Properties(flags.consumer_properties, "--consumer-property");
+    config.kafka_properties = sagaflow::outbox::ParseKafkaProperties(flags.kafka_properties);
+    config.consumer_properties = sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties);
     sagaflow::Engine engine{config};
     for (const auto& file : flags.sagas) {
         try {

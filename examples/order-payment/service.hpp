@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "engine/participant.hpp"
+#include "outbox/kafka.hpp"
 
 namespace example {
 
@@ -43,10 +44,7 @@ inline sagaflow::ParticipantConfig ConfigFrom(const ServiceFlags& flags, const s
     config.replies_topic = flags.replies_topic;
     config.create_topics = !flags.no_create_topics;
     config.kafka_properties["log_level"] = "3";
-    for (const auto& pair : flags.consumer_properties) {
-        const auto eq = pair.find('=');
-        if (eq != std::string::npos) config.consumer_properties[pair.substr(0, eq)] = pair.substr(eq + 1);
-    }
+    config.consumer_properties = sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties);
     return config;
 }
 

@@ -30,6 +30,14 @@ using testing::WaitFor;
 
 namespace {
 
+// An engine on the rig with the test saga registered, started.
+std::unique_ptr<Engine> Started(const Rig& rig) {
+    auto engine = std::make_unique<Engine>(rig.Config());
+    engine->RegisterDefinition(rig.Yaml(), "itest.yaml");
+    engine->Start();
+    return engine;
+}
+
 std::string StartOne(Engine& engine, const nlohmann::json& input, const std::string& key) {
     const auto result = engine.StartSaga("itest-saga", input, key);
     REQUIRE_MESSAGE(result.status == StartResult::Status::kStarted, result.message);
@@ -41,9 +49,8 @@ std::string StartOne(Engine& engine, const nlohmann::json& input, const std::str
 TEST_CASE("happy path: every step once, in order, data saved and rendered, every command published") {
     Rig rig;
     auto participant = rig.Participant(Default);
-    Engine engine{rig.Config()};
-    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
-    engine.Start();
+    auto engine_ptr = Started(rig);
+    Engine& engine = *engine_ptr;
     std::vector<std::string> ids;
     for (int n = 0; n < 20; ++n) ids.push_back(StartOne(engine, Input("", "", n), "key-" + std::to_string(n)));
     REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
@@ -83,9 +90,8 @@ TEST_CASE("happy path: every step once, in order, data saved and rendered, every
 
 TEST_CASE("starting with an idempotency key: same input replays, other input conflicts, bad input names fields") {
     Rig rig;
-    Engine engine{rig.Config()};
-    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
-    engine.Start();
+    auto engine_ptr = Started(rig);
+    Engine& engine = *engine_ptr;
     const auto first = engine.StartSaga("itest-saga", {{"item", "x"}}, "k1");
     REQUIRE(first.status == StartResult::Status::kStarted);
     // Same input, written differently (defaults spelled out, other key order): the same saga.
@@ -114,9 +120,8 @@ TEST_CASE("starting with an idempotency key: same input replays, other input con
 TEST_CASE("a failure at each step compensates exactly the completed compensatable steps, newest first") {
     Rig rig;
     auto participant = rig.Participant(Default);
-    Engine engine{rig.Config()};
-    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
-    engine.Start();
+    auto engine_ptr = Started(rig);
+    Engine& engine = *engine_ptr;
     const std::map<std::string, std::vector<std::string>> expected{
         {"reserve", {"reserve:action"}},
         {"charge", {"reserve:action", "charge:action", "reserve:compensation"}},
@@ -156,9 +161,8 @@ TEST_CASE("compensations are retried until they succeed; a compensation past its
         }
         return replies;
     });
-    Engine engine{rig.Config()};
-    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
-    engine.Start();
+    auto engine_ptr = Started(rig);
+    Engine& engine = *engine_ptr;
     std::string flaky, stuck;
     {
         std::lock_guard lock(mutex);
@@ -198,9 +202,8 @@ TEST_CASE("compensations are retried until they succeed; a compensation past its
 TEST_CASE("a retriable step that keeps failing is retried with the same event id, then parked") {
     Rig rig;
     auto participant = rig.Participant(Default);
-    Engine engine{rig.Config()};
-    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
-    engine.Start();
+    auto engine_ptr = Started(rig);
+    Engine& engine = *engine_ptr;
     const auto id = StartOne(engine, Input("notify", "", 0), "n");
     REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
     const auto saga = engine.GetSaga(id);
@@ -232,9 +235,8 @@ TEST_CASE("every reply delivered three times changes nothing") {
         replies[0].new_ids = odd;
         return replies;
     });
-    Engine engine{rig.Config()};
-    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
-    engine.Start();
+    auto engine_ptr = Started(rig);
+    Engine& engine = *engine_ptr;
     std::vector<std::string> ids;
     for (int n = 0; n < 10; ++n)
         ids.push_back(StartOne(engine, Input(n < 6 ? "" : "charge", "", n), std::to_string(n)));
@@ -274,9 +276,8 @@ TEST_CASE("a lost command times out and is resent with the same event id; stray 
         if (c.step_name == "charge" && c.delivery == 1) return std::vector<ScriptedReply>{};
         return Default(c);
     });
-    Engine engine{rig.Config()};
-    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
-    engine.Start();
+    auto engine_ptr = Started(rig);
+    Engine& engine = *engine_ptr;
     const auto id = StartOne(engine, Input("", "", 7), "lost");
     REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
     const auto saga = engine.GetSaga(id);

@@ -1,0 +1,40 @@
+#include "engine/detail/runtime.hpp"
+
+#include "store/inbox.hpp"
+
+namespace sagaflow::detail {
+
+void Runtime::StartPool(const std::string& url, int size) {
+    store::PoolOptions options;
+    options.url = url;
+    options.size = size;
+    options.on_connect = [](pqxx::connection& conn) { store::PrepareInbox(conn); };
+    pool = std::make_unique<store::ConnectionPool>(options);
+}
+
+void Runtime::StartRelay(const std::string& url,
+                         const std::string& brokers,
+                         const outbox::KafkaProperties& properties) {
+    outbox::RelayOptions options;
+    options.db_url = url;
+    options.brokers = brokers;
+    options.properties = properties;
+    relay = std::make_unique<outbox::Relay>(options);
+    relay->Start();
+}
+
+void Runtime::StartConsumer(outbox::ConsumerOptions options, outbox::EventHandler handler) {
+    consumer = std::make_unique<outbox::Consumer>(*pool, std::move(options), std::move(handler));
+    consumer->Start();
+}
+
+void Runtime::Stop() {
+    if (consumer) consumer->Stop();
+    if (relay) relay->Stop();
+    if (pool) pool->Stop();
+    consumer.reset();
+    relay.reset();
+    pool.reset();
+}
+
+}  // namespace sagaflow::detail

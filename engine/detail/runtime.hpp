@@ -1,0 +1,26 @@
+#pragma once
+// The running parts the engine and a participant share: a database pool, an outbox relay and a
+// consumer whose handler runs in the inbox transaction. Started in that order, stopped in reverse.
+
+#include <memory>
+#include <string>
+
+#include "outbox/consumer.hpp"
+#include "outbox/relay.hpp"
+#include "store/pool.hpp"
+
+namespace sagaflow::detail {
+
+struct Runtime {
+    std::unique_ptr<store::ConnectionPool> pool;
+    std::unique_ptr<outbox::Relay> relay;
+    std::unique_ptr<outbox::Consumer> consumer;
+
+    // A pool whose connections have the inbox statements prepared.
+    void StartPool(const std::string& url, int size);
+    void StartRelay(const std::string& url, const std::string& brokers, const outbox::KafkaProperties& properties);
+    void StartConsumer(outbox::ConsumerOptions options, outbox::EventHandler handler);
+    void Stop();
+};
+
+}  // namespace sagaflow::detail
