@@ -19,6 +19,8 @@
 #include <thread>
 
 #include "engine/definition_loader.hpp"
+#include "engine/detail/engine_internals.hpp"
+#include "engine/detail/http_server.hpp"
 #include "engine/detail/runtime.hpp"
 #include "engine/detail/saga_store.hpp"
 #include "outbox/admin.hpp"
@@ -28,6 +30,7 @@
 #include "store/inbox.hpp"
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
+#include "store/sweeper.hpp"
 #include "store/url.hpp"
 
 namespace sagaflow {
@@ -67,7 +70,7 @@ struct Counters {
 
 class Engine::Impl {
   public:
-    explicit Impl(EngineConfig config) : config_(std::move(config)), timer_(io_) {
+    Impl(EngineConfig config, Engine& owner) : config_(std::move(config)), owner_(owner), timer_(io_) {
         if (config_.database_url.empty()) {
             throw EngineError(
                 "no database URL. Hint: set EngineConfig::database_url (sagaflow run: --db or "
@@ -82,6 +85,13 @@ class Engine::Impl {
                 "one connection while they work)");
         }
         if (config_.instance_id.empty()) config_.instance_id = DefaultInstanceId();
+        if (config_.http.enabled) {
+            try {
+                store::ValidateTtl(config_.http.idempotency_ttl);
+            } catch (const std::exception& e) {
+                throw EngineError(std::string("http.idempotency_ttl: ") + e.what());
+            }
+        }
         source_ = "sagaflow/" + config_.instance_id;
     }
 
@@ -213,17 +223,29 @@ class Engine::Impl {
                     .as<std::int64_t>();
             });
             spdlog::info("engine {}: resuming {} unfinished saga(s) on {}", config_.instance_id, active, redacted);
+        }
+        if (config_.process_sagas || config_.http.enabled) {
             io_.restart();
             work_.emplace(asio::make_work_guard(io_));
             io_thread_ = std::thread([this] { io_.run(); });
+        }
+        if (config_.process_sagas) {
             timers_running_ = true;
             asio::post(io_, [this] { Arm(std::chrono::milliseconds(0)); });
+        }
+        if (config_.http.enabled) {
+            sweeper_ = std::make_unique<store::Sweeper>(*parts_.pool, config_.http.idempotency_ttl);
+            sweeper_->Start();
+            http_ = std::make_unique<detail::HttpServer>(io_, owner_, config_);
+            http_->Start();
         }
     }
 
     void Stop() {
         started_ = false;
-        // Reverse order of Start: timers, consumer, relay, pool.
+        // Reverse order of Start: http, sweeper, timers, consumer, relay, pool.
+        if (http_) http_->Stop();
+        if (sweeper_) sweeper_->Stop();
         timers_running_ = false;
         if (io_thread_.joinable()) {
             io_.stop();
@@ -233,12 +255,17 @@ class Engine::Impl {
             rescan_at_.reset();
         }
         if (scan_.valid()) scan_.wait();  // the io thread is gone: nothing starts another scan
+        http_.reset();
+        sweeper_.reset();
         parts_.Stop();
     }
 
     // --- starting and reading sagas ----------------------------------------------------------------
 
-    StartResult StartSaga(const std::string& type, nlohmann::json input, const std::string& key) {
+    StartResult StartSaga(const std::string& type,
+                          nlohmann::json input,
+                          const std::string& key,
+                          const detail::StartHook* hook = nullptr) {
         RequireStarted();
         StartResult result;
         std::shared_ptr<const SagaDefinition> definition;
@@ -289,6 +316,10 @@ class Engine::Impl {
                     r.message = "idempotency key '" + key + "' already started saga " + r.saga_id +
                                 " with other input. Hint: use a new key for a new request";
                 }
+                if (hook != nullptr) {
+                    (*hook)(tx, r);
+                    tx.commit();
+                }
                 return r;
             }
             LoadedSaga saga;
@@ -299,10 +330,11 @@ class Engine::Impl {
             detail::RecordEvent(tx, saga_id, "started", {}, {}, 0, {}, {{"version", definition->version}});
             const auto decision = machine::Decide(*definition, saga.state, machine::Begin{});
             const auto effects = PersistLocked(tx, *definition, saga, decision);
-            tx.commit();
             next_timer = effects.next_timer;
             r.status = StartResult::Status::kStarted;
             r.saga_id = saga_id;
+            if (hook != nullptr) (*hook)(tx, r);
+            tx.commit();
             return r;
         });
         if (result.status == StartResult::Status::kStarted) {
@@ -367,6 +399,91 @@ class Engine::Impl {
         });
     }
 
+    SagaPage ListSagas(const ListQuery& query) {
+        RequireStarted();
+        const int limit = std::clamp(query.limit, 1, 500);
+        return parts_.pool->RunBlocking([&](pqxx::connection& conn) {
+            pqxx::read_transaction tx{conn};
+            // Keyset paging on the saga id: UUID v7 ids sort by creation time.
+            const auto rows = tx.exec_params(
+                "SELECT saga_id::text, saga_type, status, " + Rfc3339("created_at") + ", " + Rfc3339("updated_at") +
+                    " FROM saga_instance WHERE ($1 = '' OR status = $1) AND ($2 = '' OR saga_type = $2) AND "
+                    "($3 = '' OR saga_id < $3::uuid) ORDER BY saga_id DESC LIMIT $4",
+                query.status,
+                query.saga_type,
+                store::IsUuid(query.cursor) ? query.cursor : std::string(),
+                limit + 1);
+            SagaPage page;
+            for (const auto& row : rows) {
+                if (static_cast<int>(page.items.size()) == limit) {
+                    page.next_cursor = page.items.back().saga_id;
+                    break;
+                }
+                page.items.push_back({Text(row[0]), Text(row[1]), Text(row[2]), Text(row[3]), Text(row[4])});
+            }
+            return page;
+        });
+    }
+
+    RetryResult RetrySaga(const std::string& saga_id) {
+        RequireStarted();
+        RetryResult result;
+        if (!store::IsUuid(saga_id)) {
+            result.status = RetryResult::Status::kNotFound;
+            result.message = "no saga " + saga_id;
+            return result;
+        }
+        result = parts_.pool->RunBlocking([&](pqxx::connection& conn) {
+            pqxx::work tx{conn};
+            RetryResult r;
+            const auto saga = detail::LockSaga(tx, saga_id, LockMode::kWait);
+            if (!saga) {
+                r.status = RetryResult::Status::kNotFound;
+                r.message = "no saga " + saga_id;
+                return r;
+            }
+            if (saga->state.status != machine::SagaStatus::kFailed) {
+                r.status = RetryResult::Status::kNotParked;
+                r.message = "saga " + saga_id + " is " + std::string(machine::ToString(saga->state.status)) +
+                            "; only a saga parked as failed can be retried";
+                return r;
+            }
+            const std::string step = detail::ReopenParked(tx, *saga);
+            tx.commit();
+            r.message = "step '" + step + "' gets one more attempt now";
+            return r;
+        });
+        if (result.status == RetryResult::Status::kResumed) Poke(std::chrono::milliseconds(0));
+        return result;
+    }
+
+    EngineGauges ReadGauges() {
+        RequireStarted();
+        return parts_.pool->RunBlocking([](pqxx::connection& conn) {
+            pqxx::read_transaction tx{conn};
+            EngineGauges g;
+            for (const auto& row : tx.exec("SELECT saga_type, status, count(*) FROM saga_instance GROUP BY 1, 2")) {
+                g.sagas[{row[0].as<std::string>(), row[1].as<std::string>()}] = row[2].as<long long>();
+            }
+            const auto outbox = tx.exec1(
+                "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM "
+                "outbox WHERE published_at IS NULL");
+            g.outbox_backlog = outbox[0].as<long long>();
+            g.oldest_unpublished_seconds = outbox[1].as<double>();
+            return g;
+        });
+    }
+
+    bool KnowsType(const std::string& type) const {
+        std::shared_lock lock(definitions_mutex_);
+        return latest_.count(type) != 0;
+    }
+
+    store::ConnectionPool& Pool() {
+        RequireStarted();
+        return *parts_.pool;
+    }
+
     EngineMetrics Metrics() const {
         EngineMetrics m;
         m.sagas_started = counters_.sagas_started;
@@ -376,11 +493,17 @@ class Engine::Impl {
         m.sagas_finished = counters_.sagas_finished;
         m.sagas_parked = counters_.sagas_parked;
         if (parts_.consumer) m.reply_duplicates = parts_.consumer->Metrics().duplicates;
-        if (parts_.relay) m.outbox_published = parts_.relay->Metrics().published;
+        if (parts_.relay) {
+            m.outbox_published = parts_.relay->Metrics().published;
+            m.relay_errors = parts_.relay->Metrics().retried + parts_.relay->Metrics().failed_batches;
+        }
+        std::lock_guard lock(latency_mutex_);
+        m.step_latency = latency_;
         return m;
     }
 
     const EngineConfig& Config() const noexcept { return config_; }
+    int HttpPort() const noexcept { return http_ ? http_->Port() : 0; }
 
   private:
     void RequireStarted() const {
@@ -395,6 +518,17 @@ class Engine::Impl {
         {
             std::lock_guard lock(rng_mutex_);
             effects = detail::Persist(tx, definition, saga, decision, source_, rng_);
+        }
+        if (!effects.step_latencies.empty()) {
+            std::lock_guard lock(latency_mutex_);
+            for (const auto& [step, seconds] : effects.step_latencies) {
+                auto& h = latency_[step];
+                for (std::size_t b = 0; b < StepLatency::kBuckets.size(); ++b) {
+                    if (seconds <= StepLatency::kBuckets[b]) ++h.counts[b];
+                }
+                ++h.count;
+                h.sum += seconds;
+            }
         }
         if (effects.finished) ++counters_.sagas_finished;
         if (effects.parked) {
@@ -577,6 +711,7 @@ class Engine::Impl {
     }
 
     EngineConfig config_;
+    Engine& owner_;
     std::string source_;
     Counters counters_;
 
@@ -584,6 +719,9 @@ class Engine::Impl {
     std::map<std::string, std::shared_ptr<const SagaDefinition>> by_hash_;
     std::map<std::string, std::string> sources_;                           // hash -> YAML
     std::map<std::string, std::shared_ptr<const SagaDefinition>> latest_;  // type -> highest version
+
+    mutable std::mutex latency_mutex_;
+    std::map<std::string, StepLatency> latency_;
 
     std::mutex rng_mutex_;
     std::mt19937_64 rng_{std::random_device{}()};
@@ -598,11 +736,13 @@ class Engine::Impl {
     bool armed_ = false;      // io thread
     bool scanning_ = false;   // io thread
     std::optional<std::chrono::steady_clock::time_point> rescan_at_;  // io thread
+    std::unique_ptr<store::Sweeper> sweeper_;
+    std::unique_ptr<detail::HttpServer> http_;  // after io_: destroyed before it
     std::atomic<bool> timers_running_{false};
     std::atomic<bool> started_{false};
 };
 
-Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>(std::move(config), *this)) {}
 Engine::~Engine() = default;
 
 std::string Engine::RegisterDefinitionFile(const std::filesystem::path& path) {
@@ -638,6 +778,42 @@ std::optional<SagaView> Engine::GetSaga(const std::string& saga_id) {
 EngineMetrics Engine::Metrics() const {
     return impl_->Metrics();
 }
+
+SagaPage Engine::ListSagas(const ListQuery& query) {
+    return impl_->ListSagas(query);
+}
+
+RetryResult Engine::RetrySaga(const std::string& saga_id) {
+    return impl_->RetrySaga(saga_id);
+}
+
+EngineGauges Engine::ReadGauges() {
+    return impl_->ReadGauges();
+}
+
+int Engine::HttpPort() const noexcept {
+    return impl_->HttpPort();
+}
+
+namespace detail {
+
+StartResult EngineInternals::StartSaga(Engine& engine,
+                                       const std::string& saga_type,
+                                       nlohmann::json input,
+                                       const std::string& idempotency_key,
+                                       const StartHook& hook) {
+    return engine.impl_->StartSaga(saga_type, std::move(input), idempotency_key, &hook);
+}
+
+store::ConnectionPool& EngineInternals::Pool(Engine& engine) {
+    return engine.impl_->Pool();
+}
+
+bool EngineInternals::KnowsType(Engine& engine, const std::string& saga_type) {
+    return engine.impl_->KnowsType(saga_type);
+}
+
+}  // namespace detail
 
 const EngineConfig& Engine::Config() const noexcept {
     return impl_->Config();

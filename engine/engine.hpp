@@ -24,7 +24,9 @@
 // command in one transaction; timers live in the database and survive restarts; several engines on
 // one database and one consumer group share the sagas (row locks) and take over each other's work.
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -37,6 +39,26 @@
 #include "engine/definition.hpp"
 
 namespace sagaflow {
+
+namespace detail {
+struct EngineInternals;  // the HTTP API's access to the engine's transactions
+}
+
+// The HTTP API (`sagaflow run` turns it on). See engine/README.md for the endpoints.
+struct HttpConfig {
+    bool enabled = false;
+    std::string address = "127.0.0.1";
+    int port = 8080;         // 0: any free port (Engine::HttpPort() tells which)
+    int worker_threads = 4;  // run the blocking database calls of requests, off the io thread
+    int max_connections = 256;
+    std::size_t max_body_bytes = 1 << 20;
+    std::size_t max_header_bytes = 16 << 10;
+    std::chrono::seconds io_timeout{30};     // a slow client is cut off after this
+    std::chrono::hours idempotency_ttl{48};  // 24..72 h (rule R-DIST-IDEM-5)
+    // Bearer tokens -> client name. Empty: no authentication. A client whose name starts with
+    // "operator" may also list sagas and retry parked ones; others get 403 there.
+    std::map<std::string, std::string> tokens;
+};
 
 struct EngineConfig {
     std::string database_url;  // postgresql://user@host:port/db; the password may come from PGPASSWORD
@@ -59,6 +81,7 @@ struct EngineConfig {
     bool process_sagas = true;
     bool run_relay = true;
     std::chrono::milliseconds timer_max_sleep{1000};  // the timers re-read the database at least this often
+    HttpConfig http;
 };
 
 struct StepPhaseRecord {
@@ -114,6 +137,43 @@ struct StartResult {
     bool Accepted() const { return status == Status::kStarted || status == Status::kReplayed; }
 };
 
+struct SagaSummary {
+    std::string saga_id, saga_type, status, created_at, updated_at;
+};
+
+struct ListQuery {
+    std::string status;     // empty: any
+    std::string saga_type;  // empty: any
+    std::string cursor;     // the next_cursor of the previous page; empty: the newest sagas
+    int limit = 50;         // 1..500
+};
+
+struct SagaPage {
+    std::vector<SagaSummary> items;  // newest first
+    std::string next_cursor;         // empty on the last page
+};
+
+struct RetryResult {
+    enum class Status { kResumed, kNotFound, kNotParked };
+    Status status = Status::kResumed;
+    std::string message;
+};
+
+// What the database says now (for /metrics).
+struct EngineGauges {
+    std::map<std::pair<std::string, std::string>, long long> sagas;  // (type, status) -> count
+    long long outbox_backlog = 0;
+    double oldest_unpublished_seconds = 0;
+};
+
+// Step latency (dispatch to answer) per step name, cumulative Prometheus buckets in seconds.
+struct StepLatency {
+    static constexpr std::array<double, 10> kBuckets{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30};
+    std::array<std::uint64_t, kBuckets.size()> counts{};  // cumulative: <= bucket
+    std::uint64_t count = 0;
+    double sum = 0;
+};
+
 struct EngineMetrics {
     std::uint64_t sagas_started = 0;
     std::uint64_t replies_applied = 0;
@@ -123,6 +183,8 @@ struct EngineMetrics {
     std::uint64_t sagas_parked = 0;
     std::uint64_t reply_duplicates = 0;  // dropped by the inbox
     std::uint64_t outbox_published = 0;
+    std::uint64_t relay_errors = 0;  // produce failures retried, batches rolled back
+    std::map<std::string, StepLatency> step_latency;
 };
 
 // Thrown by Start() and the Register* functions for configuration and startup errors; the message
@@ -154,10 +216,20 @@ class Engine {
     // The saga's state, its step phases and its timeline; nullopt if there is no such saga.
     std::optional<SagaView> GetSaga(const std::string& saga_id);
 
+    // Pages through sagas, newest first (operators; GET /v1/sagas).
+    SagaPage ListSagas(const ListQuery& query);
+    // Resumes a saga parked as `failed`: the phase that gave up gets one more attempt, now, with
+    // the same command event id (operators; POST /v1/sagas/{id}/retry).
+    RetryResult RetrySaga(const std::string& saga_id);
+
     EngineMetrics Metrics() const;
+    EngineGauges ReadGauges();
     const EngineConfig& Config() const noexcept;
+    // The HTTP API's port once started (useful with HttpConfig::port = 0); 0 when it is off.
+    int HttpPort() const noexcept;
 
   private:
+    friend struct detail::EngineInternals;
     class Impl;
     std::unique_ptr<Impl> impl_;
 };

@@ -76,4 +76,17 @@ void EnsureTopicsBlocking(const std::string& brokers,
     }
 }
 
+bool BrokersReachableBlocking(const std::string& brokers,
+                              const KafkaProperties& properties,
+                              std::chrono::milliseconds timeout) {
+    auto props = properties;
+    props["bootstrap.servers"] = brokers;
+    props["log_level"] = "0";  // an unreachable broker is the answer here, not a log line
+    auto client = detail::MakeClient(RD_KAFKA_PRODUCER, detail::MakeConf(props));
+    const rd_kafka_metadata_t* metadata = nullptr;
+    const auto err = rd_kafka_metadata(client.get(), 0, nullptr, &metadata, static_cast<int>(timeout.count()));
+    if (metadata != nullptr) rd_kafka_metadata_destroy(metadata);
+    return err == RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
 }  // namespace sagaflow::outbox

@@ -2,6 +2,7 @@
 // Topic administration: the engine makes sure the topics it uses exist before it subscribes, so a
 // fresh cluster (or one with auto-creation off) works without a manual step.
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -16,5 +17,10 @@ void EnsureTopicsBlocking(const std::string& brokers,
                           const KafkaProperties& properties,
                           const std::vector<std::string>& topics,
                           int partitions);
+
+// True when a broker answers a metadata request within `timeout` (readiness checks).
+bool BrokersReachableBlocking(const std::string& brokers,
+                              const KafkaProperties& properties,
+                              std::chrono::milliseconds timeout);
 
 }  // namespace sagaflow::outbox

@@ -124,6 +124,9 @@ struct RunFlags {
     bool static_membership = false;
     std::vector<std::string> kafka_properties;
     std::vector<std::string> consumer_properties;
+    std::string http;                      // ADDRESS:PORT
+    std::vector<std::string> http_tokens;  // TOKEN=CLIENT
+    int idempotency_ttl_hours = 48;
 };
 
 // Runs the engine until SIGINT/SIGTERM; prints a progress line every 5 s.
@@ -138,6 +141,20 @@ int RunEngine(const std::string& url, const RunFlags& flags) {
     config.static_membership = flags.static_membership;
     config.kafka_properties = sagaflow::outbox::ParseKafkaProperties(flags.kafka_properties);
     config.consumer_properties = sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties);
+    if (!flags.http.empty()) {
+        const auto colon = flags.http.rfind(':');
+        if (colon == std::string::npos)
+            throw CLI::ValidationError("--http", "expected ADDRESS:PORT, e.g. 0.0.0.0:8080");
+        config.http.enabled = true;
+        config.http.address = flags.http.substr(0, colon);
+        config.http.port = std::stoi(flags.http.substr(colon + 1));
+        config.http.idempotency_ttl = std::chrono::hours(flags.idempotency_ttl_hours);
+        for (const auto& pair : flags.http_tokens) {
+            const auto eq = pair.find('=');
+            if (eq == std::string::npos || eq == 0) throw CLI::ValidationError("--http-token", "expected TOKEN=CLIENT");
+            config.http.tokens[pair.substr(0, eq)] = pair.substr(eq + 1);
+        }
+    }
     sagaflow::Engine engine{config};
     for (const auto& file : flags.sagas) {
         try {
@@ -150,6 +167,7 @@ int RunEngine(const std::string& url, const RunFlags& flags) {
     std::signal(SIGINT, [](int) { g_stop = true; });
     std::signal(SIGTERM, [](int) { g_stop = true; });
     engine.Start();
+    if (engine.HttpPort() != 0) std::cerr << "engine: HTTP API on port " << engine.HttpPort() << std::endl;
     std::cerr << "engine " << engine.Config().instance_id << ": running against " << sagaflow::store::RedactUrl(url)
               << " and " << flags.brokers << " (" << flags.sagas.size() << " saga definition(s))" << std::endl;
     for (int tick = 0; !g_stop.load(); ++tick) {
@@ -215,6 +233,11 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     run->add_option("--instance", run_flags.instance, "this engine's name in events (default: hostname-pid)");
     run->add_flag("--no-relay", run_flags.no_relay, "do not publish the outbox here (another process does)");
+    run->add_option("--http", run_flags.http, "serve the HTTP API on ADDRESS:PORT (port 0: any free port)");
+    run->add_option("--http-token",
+                    run_flags.http_tokens,
+                    "TOKEN=CLIENT: require bearer tokens (repeatable); clients named operator* may list and retry");
+    run->add_option("--idempotency-ttl-hours", run_flags.idempotency_ttl_hours, "24 to 72")->capture_default_str();
     run->add_flag("--static-membership",
                   run_flags.static_membership,
                   "join the consumer group as --instance, so a restart gets its partitions back at once");

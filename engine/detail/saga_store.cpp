@@ -161,12 +161,13 @@ Effects Persist(pqxx::transaction_base& tx,
             continue;
         }
         const bool open = phase.status == StepStatus::kDispatched;
-        tx.exec_params(
+        const auto latency = tx.exec_params(
             "UPDATE saga_step SET status = $4, reply = $5::jsonb, "
             "completed_at = CASE WHEN $6 THEN NULL ELSE clock_timestamp() END, "
             "next_attempt_at = CASE WHEN $7 THEN next_attempt_at END, "
             "deadline_at = CASE WHEN $6 AND NOT $7 THEN deadline_at END "
-            "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
+            "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 "
+            "RETURNING extract(epoch FROM clock_timestamp() - dispatched_at)::float8",
             saga.saga_id,
             phase.step_name,
             std::string(machine::ToString(phase.phase)),
@@ -174,6 +175,9 @@ Effects Persist(pqxx::transaction_base& tx,
             Nullable(phase.reply.is_null() ? std::string() : phase.reply.dump()),
             open,
             open && phase.awaiting_retry);
+        if (!open && before->status == StepStatus::kDispatched && !latency.empty()) {
+            effects.step_latencies.emplace_back(phase.step_name, latency[0][0].as<double>());
+        }
     }
 
     // 2. Commands.
@@ -263,6 +267,38 @@ Effects Persist(pqxx::transaction_base& tx,
         next.data.dump(),
         Nullable(next.parked_reason));
     return effects;
+}
+
+std::string ReopenParked(pqxx::transaction_base& tx, const LoadedSaga& saga) {
+    const machine::StepPhaseState* gave_up = nullptr;
+    for (auto it = saga.state.phases.rbegin(); it != saga.state.phases.rend(); ++it) {
+        if (it->status == StepStatus::kFailed) {
+            gave_up = &*it;
+            break;
+        }
+    }
+    if (gave_up == nullptr) return {};
+    const std::string phase_text(machine::ToString(gave_up->phase));
+    tx.exec_params(
+        "UPDATE saga_step SET status = 'dispatched', completed_at = NULL, deadline_at = NULL, "
+        "next_attempt_at = clock_timestamp() WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
+        saga.saga_id,
+        gave_up->step_name,
+        phase_text);
+    tx.exec_params(
+        "UPDATE saga_instance SET status = $2, parked_reason = NULL, updated_at = clock_timestamp(), "
+        "version = version + 1 WHERE saga_id = $1::uuid",
+        saga.saga_id,
+        gave_up->phase == Phase::kCompensation ? "compensating" : "running");
+    RecordEvent(tx,
+                saga.saga_id,
+                "operator-retry",
+                gave_up->step_name,
+                phase_text,
+                gave_up->attempt + 1,
+                {},
+                {{"reason", saga.state.parked_reason}});
+    return gave_up->step_name;
 }
 
 std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit) {

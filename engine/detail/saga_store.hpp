@@ -35,6 +35,7 @@ struct Effects {
     std::optional<std::chrono::milliseconds> next_timer;  // the earliest deadline or retry it set
     bool finished = false;
     bool parked = false;
+    std::vector<std::pair<std::string, double>> step_latencies;  // (step, seconds) of phases answered now
 };
 
 // Persists `decision` (made on `saga.state`): updates the changed step phases, turns its commands
@@ -72,5 +73,10 @@ std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit);
 std::optional<std::chrono::milliseconds> NextTimer(pqxx::transaction_base& tx);
 
 std::optional<machine::Phase> ParsePhase(std::string_view text);
+
+// Re-opens the phase that made the locked, parked saga give up (its most recent failed phase):
+// dispatched again with its retry due now, the saga running (or compensating) again. Returns the
+// phase's step name, or empty if there is none.
+std::string ReopenParked(pqxx::transaction_base& tx, const LoadedSaga& saga);
 
 }  // namespace sagaflow::detail

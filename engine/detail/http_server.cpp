@@ -1,0 +1,615 @@
+#include "engine/detail/http_server.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <pqxx/pqxx>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "engine/detail/canonical.hpp"
+#include "engine/detail/engine_internals.hpp"
+#include "outbox/admin.hpp"
+#include "store/inbox.hpp"
+#include "store/pool.hpp"
+#include "store/sweeper.hpp"
+
+namespace sagaflow::detail {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+struct HttpServer::Request {
+    http::request<http::string_body> message;
+    std::string path;                          // the target before '?'
+    std::map<std::string, std::string> query;  // not percent-decoded: values are ids and names
+};
+
+struct HttpServer::Response {
+    unsigned status = 200;
+    std::string content_type = "application/json";
+    std::string body;
+    std::vector<std::pair<std::string, std::string>> headers;
+};
+
+namespace {
+
+using Response = HttpServer::Response;
+
+// Compact JSON; invalid UTF-8 (a parser message quoting the client's bytes) becomes U+FFFD.
+std::string Dump(const nlohmann::json& value) {
+    return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// RFC 9457 problem details. `type` is a slug under the sagaflow problem namespace.
+Response Problem(unsigned status,
+                 const std::string& type,
+                 const std::string& title,
+                 const std::string& detail,
+                 nlohmann::json extra = nlohmann::json::object()) {
+    nlohmann::json body = std::move(extra);
+    body["type"] = "https://sagaflow.dev/problems/" + type;
+    body["title"] = title;
+    body["status"] = status;
+    body["detail"] = detail;
+    return {status, "application/problem+json", Dump(body), {}};
+}
+
+Response Json(unsigned status, const nlohmann::json& body) {
+    return {status, "application/json", Dump(body), {}};
+}
+
+std::vector<std::string> Segments(const std::string& path) {
+    std::vector<std::string> out;
+    std::string part;
+    std::istringstream in(path);
+    while (std::getline(in, part, '/')) {
+        if (!part.empty()) out.push_back(part);
+    }
+    return out;
+}
+
+bool ValidSagaType(const std::string& type) {
+    static const std::regex kName{"[a-z][a-z0-9-]{0,63}"};
+    return std::regex_match(type, kName);
+}
+
+// 1..255 visible ASCII characters.
+bool ValidIdempotencyKey(std::string_view key) {
+    if (key.empty() || key.size() > 255) return false;
+    return std::all_of(key.begin(), key.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
+}
+
+nlohmann::json SagaJson(const SagaView& saga) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& s : saga.steps) {
+        steps.push_back({{"step", s.step_name},
+                         {"phase", s.phase},
+                         {"status", s.status},
+                         {"attempt", s.attempt},
+                         {"commandEventId", s.command_event_id},
+                         {"reply", s.reply},
+                         {"dispatchedAt", s.dispatched_at},
+                         {"completedAt", s.completed_at}});
+    }
+    nlohmann::json timeline = nlohmann::json::array();
+    for (const auto& e : saga.timeline) {
+        timeline.push_back({{"at", e.at},
+                            {"kind", e.kind},
+                            {"step", e.step_name},
+                            {"phase", e.phase},
+                            {"attempt", e.attempt},
+                            {"detail", e.detail}});
+    }
+    return {{"sagaId", saga.saga_id},
+            {"type", saga.saga_type},
+            {"definitionVersion", saga.definition_version},
+            {"status", saga.status},
+            {"parkedReason", saga.parked_reason},
+            {"input", saga.input},
+            {"data", saga.data},
+            {"createdAt", saga.created_at},
+            {"updatedAt", saga.updated_at},
+            {"steps", steps},
+            {"timeline", timeline},
+            {"links", {{"self", "/v1/sagas/" + saga.saga_id}}}};
+}
+
+std::string Label(std::string value) {  // Prometheus label value escaping
+    std::string out;
+    for (const char c : value) {
+        if (c == '\\' || c == '"') out += '\\';
+        if (c == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += c;
+    }
+    return out;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(asio::io_context& io, Engine& engine, const EngineConfig& config)
+    : io_(io), engine_(engine), config_(config), acceptor_(io) {
+    store::ValidateTtl(config_.http.idempotency_ttl);
+}
+
+HttpServer::~HttpServer() {
+    Stop();
+}
+
+void HttpServer::Start() {
+    const auto address = asio::ip::make_address(config_.http.address);
+    const tcp::endpoint endpoint{address, static_cast<unsigned short>(config_.http.port)};
+    boost::system::error_code ec;
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+        throw EngineError("cannot listen on " + config_.http.address + ":" + std::to_string(config_.http.port) + ": " +
+                          ec.message() + ". Hint: choose another http port, or stop what uses it");
+    }
+    port_ = acceptor_.local_endpoint().port();
+    workers_ = std::make_unique<asio::thread_pool>(static_cast<std::size_t>(std::max(1, config_.http.worker_threads)));
+    asio::post(io_, [this] { Accept(); });
+    spdlog::info("http: listening on {}:{}", config_.http.address, port_.load());
+}
+
+void HttpServer::Stop() {
+    if (!workers_) return;
+    asio::post(io_, [this] {
+        boost::system::error_code ignored;
+        acceptor_.close(ignored);
+    });
+    workers_->join();
+    workers_.reset();
+}
+
+void HttpServer::Accept() {
+    acceptor_.async_accept([this](boost::system::error_code accept_error, tcp::socket socket) {
+        if (accept_error) return;  // closed: stopping
+        const bool over_cap = connections_.load() >= config_.http.max_connections;
+        ++connections_;
+        asio::co_spawn(
+            io_,
+            [this, socket = std::move(socket), over_cap]() mutable -> asio::awaitable<void> {
+                beast::tcp_stream stream(std::move(socket));
+                beast::flat_buffer buffer;
+                boost::system::error_code ec;
+                const auto send = [&](Response r, bool keep_alive) -> asio::awaitable<void> {
+                    http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
+                    res.set(http::field::server, "sagaflow");
+                    res.set(http::field::content_type, r.content_type);
+                    for (const auto& [name, value] : r.headers) res.set(name, value);
+                    res.body() = std::move(r.body);
+                    res.keep_alive(keep_alive);
+                    res.prepare_payload();
+                    stream.expires_after(config_.http.io_timeout);
+                    co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+                };
+                if (over_cap) {
+                    auto r = Problem(503,
+                                     "too-many-connections",
+                                     "Too many connections",
+                                     "the server holds its connection limit; retry shortly");
+                    r.headers.emplace_back("Retry-After", "1");
+                    co_await send(std::move(r), false);
+                } else {
+                    for (;;) {
+                        http::request_parser<http::string_body> parser;
+                        parser.body_limit(config_.http.max_body_bytes);
+                        parser.header_limit(static_cast<std::uint32_t>(config_.http.max_header_bytes));
+                        stream.expires_after(config_.http.io_timeout);
+                        co_await http::async_read(
+                            stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+                        if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+                            ec == asio::error::connection_reset || ec == asio::error::eof) {
+                            break;
+                        }
+                        if (ec) {
+                            // Bad input gets an answer naming the cause, then the connection closes.
+                            if (ec == http::error::body_limit) {
+                                co_await send(Problem(413,
+                                                      "body-too-large",
+                                                      "Request body too large",
+                                                      "the body exceeds " +
+                                                          std::to_string(config_.http.max_body_bytes) + " bytes"),
+                                              false);
+                            } else if (ec == http::error::header_limit) {
+                                co_await send(Problem(431,
+                                                      "headers-too-large",
+                                                      "Request headers too large",
+                                                      "the headers exceed " +
+                                                          std::to_string(config_.http.max_header_bytes) + " bytes"),
+                                              false);
+                            } else {
+                                co_await send(Problem(400, "malformed-request", "Malformed HTTP request", ec.message()),
+                                              false);
+                            }
+                            break;
+                        }
+                        auto request = std::make_shared<Request>();
+                        request->message = parser.release();
+                        const std::string target(request->message.target());
+                        const auto q = target.find('?');
+                        request->path = target.substr(0, q);
+                        if (q != std::string::npos) {
+                            std::istringstream in(target.substr(q + 1));
+                            std::string pair;
+                            while (std::getline(in, pair, '&')) {
+                                const auto eq = pair.find('=');
+                                if (eq != std::string::npos) request->query[pair.substr(0, eq)] = pair.substr(eq + 1);
+                            }
+                        }
+                        const bool keep_alive = request->message.keep_alive();
+                        // The request's database work runs on a worker thread; the answer comes back here.
+                        co_await asio::post(*workers_, asio::use_awaitable);
+                        Response response;
+                        try {
+                            response = Handle(*request);
+                        } catch (const std::exception& e) {
+                            spdlog::error(
+                                "http: {} {}: {}", std::string(request->message.method_string()), target, e.what());
+                            response = Problem(500,
+                                               "internal-error",
+                                               "Internal error",
+                                               "the request failed inside the server; it was not stored, so retrying "
+                                               "with the same Idempotency-Key is safe");
+                        }
+                        co_await asio::post(io_, asio::use_awaitable);
+                        co_await send(std::move(response), keep_alive);
+                        if (ec || !keep_alive) break;
+                    }
+                }
+                stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+                --connections_;
+            },
+            asio::detached);
+        Accept();
+    });
+}
+
+HttpServer::Response HttpServer::Handle(const Request& request) {
+    const auto& m = request.message;
+    const auto segments = Segments(request.path);
+    const auto method = m.method();
+    const auto not_allowed = [&](const std::string& allow) {
+        auto r = Problem(405, "method-not-allowed", "Method not allowed", "use " + allow);
+        r.headers.emplace_back("Allow", allow);
+        return r;
+    };
+    if (request.path == "/healthz")
+        return method == http::verb::get ? Json(200, {{"status", "ok"}}) : not_allowed("GET");
+    if (request.path == "/readyz") return method == http::verb::get ? Ready() : not_allowed("GET");
+    if (request.path == "/metrics") return method == http::verb::get ? Metrics() : not_allowed("GET");
+    if (segments.empty() || segments[0] != "v1" || segments.size() < 2 || segments[1] != "sagas") {
+        return Problem(404, "not-found", "Not found", "no resource at " + request.path);
+    }
+
+    // Authentication (optional): a bearer token names the client.
+    std::string client;
+    if (!config_.http.tokens.empty()) {
+        const std::string auth(m[http::field::authorization]);
+        const auto it =
+            auth.rfind("Bearer ", 0) == 0 ? config_.http.tokens.find(auth.substr(7)) : config_.http.tokens.end();
+        if (it == config_.http.tokens.end()) {
+            auto r = Problem(401, "unauthorized", "Unauthorized", "send Authorization: Bearer <token>");
+            r.headers.emplace_back("WWW-Authenticate", "Bearer");
+            return r;
+        }
+        client = it->second;
+    }
+    const bool operator_allowed = config_.http.tokens.empty() || client.rfind("operator", 0) == 0;
+    const auto forbidden = [&] {
+        return Problem(403, "forbidden", "Forbidden", "client '" + client + "' may not do this; operators may");
+    };
+
+    if (segments.size() == 2) {  // /v1/sagas
+        if (method != http::verb::get) return not_allowed("GET");
+        if (!operator_allowed) return forbidden();
+        ListQuery query;
+        const auto get = [&](const char* key) {
+            const auto it = request.query.find(key);
+            return it == request.query.end() ? std::string() : it->second;
+        };
+        query.status = get("status");
+        query.saga_type = get("type");
+        query.cursor = get("cursor");
+        static const std::set<std::string> kStatuses{
+            "", "running", "compensating", "completed", "compensated", "failed"};
+        if (kStatuses.count(query.status) == 0) {
+            return Problem(400,
+                           "invalid-query",
+                           "Invalid query",
+                           "status must be one of running, compensating, "
+                           "completed, compensated, failed");
+        }
+        if (!query.saga_type.empty() && !ValidSagaType(query.saga_type)) {
+            return Problem(400, "invalid-query", "Invalid query", "type is not a saga type name");
+        }
+        if (!query.cursor.empty() && !store::IsUuid(query.cursor)) {
+            return Problem(400, "invalid-query", "Invalid query", "cursor must be the nextCursor of a previous page");
+        }
+        if (const auto limit = get("limit"); !limit.empty()) {
+            if (limit.size() > 3 || !std::all_of(limit.begin(), limit.end(), ::isdigit) || std::stoi(limit) < 1 ||
+                std::stoi(limit) > 500) {
+                return Problem(400, "invalid-query", "Invalid query", "limit must be 1..500");
+            }
+            query.limit = std::stoi(limit);
+        }
+        const auto page = engine_.ListSagas(query);
+        nlohmann::json items = nlohmann::json::array();
+        for (const auto& s : page.items) {
+            items.push_back({{"sagaId", s.saga_id},
+                             {"type", s.saga_type},
+                             {"status", s.status},
+                             {"createdAt", s.created_at},
+                             {"updatedAt", s.updated_at},
+                             {"links", {{"self", "/v1/sagas/" + s.saga_id}}}});
+        }
+        nlohmann::json body{{"items", items}};
+        body["nextCursor"] = page.next_cursor.empty() ? nlohmann::json() : nlohmann::json(page.next_cursor);
+        return Json(200, body);
+    }
+    const std::string& third = segments[2];
+    if (segments.size() == 3 && method == http::verb::post) return StartSaga(request, third, client);
+    if (segments.size() == 3) {
+        if (method != http::verb::get) return not_allowed("GET, POST");
+        if (!store::IsUuid(third)) return Problem(404, "saga-not-found", "Saga not found", "no saga " + third);
+        const auto saga = engine_.GetSaga(third);
+        if (!saga) return Problem(404, "saga-not-found", "Saga not found", "no saga " + third);
+        return Json(200, SagaJson(*saga));
+    }
+    if (segments.size() == 4 && segments[3] == "retry") {
+        if (method != http::verb::post) return not_allowed("POST");
+        if (!operator_allowed) return forbidden();
+        const auto result = engine_.RetrySaga(third);
+        switch (result.status) {
+            case RetryResult::Status::kResumed:
+                return Json(202, {{"sagaId", third}, {"status", "resumed"}, {"detail", result.message}});
+            case RetryResult::Status::kNotFound:
+                return Problem(404, "saga-not-found", "Saga not found", result.message);
+            case RetryResult::Status::kNotParked:
+                return Problem(409, "saga-not-parked", "Saga not parked", result.message);
+        }
+    }
+    return Problem(404, "not-found", "Not found", "no resource at " + request.path);
+}
+
+// POST /v1/sagas/{type}: the Idempotency-Key protocol (rule R-DIST-IDEM-3).
+HttpServer::Response HttpServer::StartSaga(const Request& request, const std::string& type, const std::string& client) {
+    const auto& m = request.message;
+    if (!ValidSagaType(type) || !EngineInternals::KnowsType(engine_, type)) {
+        return Problem(404, "unknown-saga-type", "Unknown saga type", "no saga type '" + type + "' is registered");
+    }
+    const auto key_field = m.find("Idempotency-Key");
+    if (key_field == m.end()) {
+        return Problem(400,
+                       "idempotency-key-missing",
+                       "Idempotency-Key required",
+                       "send an Idempotency-Key header (1-255 visible ASCII characters), the same on every retry");
+    }
+    const std::string key(key_field->value());
+    if (!ValidIdempotencyKey(key)) {
+        return Problem(400,
+                       "idempotency-key-invalid",
+                       "Invalid Idempotency-Key",
+                       "the key must be 1-255 visible ASCII characters");
+    }
+    const std::string content_type(m[http::field::content_type]);
+    if (content_type.rfind("application/json", 0) != 0) {
+        return Problem(415, "unsupported-media-type", "Unsupported media type", "send Content-Type: application/json");
+    }
+    nlohmann::json body;
+    try {
+        body = nlohmann::json::parse(m.body());
+        static_cast<void>(body.dump());  // nlohmann checks UTF-8 when it serialises
+    } catch (const nlohmann::json::exception& e) {
+        return Problem(
+            400, "malformed-json", "Malformed JSON", std::string("the body is not JSON in UTF-8: ") + e.what());
+    }
+    if (!body.is_object()) return Problem(400, "malformed-json", "Malformed JSON", "the body must be a JSON object");
+    // The input schema is checked by the engine before any database work; a 422 is not stored
+    // (the same body always fails the same way).
+    const nlohmann::json input = body;
+    const std::string scope = "saga:" + type + (client.empty() ? "" : ":" + client);
+    const std::string saga_key = client.empty() ? key : client + ":" + key;
+    const std::string hash = CanonicalHash(body);
+    const auto ttl_hours = std::to_string(config_.http.idempotency_ttl.count());
+    auto& pool = EngineInternals::Pool(engine_);
+
+    // 1. Claim the key, or answer from its record.
+    std::optional<Response> answered = pool.RunBlocking([&](pqxx::connection& conn) -> std::optional<Response> {
+        pqxx::work tx{conn};
+        const auto claimed = tx.exec_params(
+            "INSERT INTO idempotency_record (scope, idempotency_key, command_hash, state, expires_at) VALUES ($1, $2, "
+            "$3, 'in_progress', now() + $4 * interval '1 hour') ON CONFLICT DO NOTHING RETURNING 1",
+            scope,
+            key,
+            hash,
+            ttl_hours);
+        if (!claimed.empty()) {
+            tx.commit();
+            return std::nullopt;
+        }
+        const auto row = tx.exec_params(
+            "SELECT command_hash, state, coalesce(http_status, 0), coalesce(response::text, ''), created_at < now() - "
+            "interval '30 seconds' FROM idempotency_record WHERE scope = $1 AND idempotency_key = $2 FOR UPDATE",
+            scope,
+            key);
+        if (row.empty()) return Problem(409, "request-in-progress", "Request in progress", "retry shortly");
+        if (row[0][0].as<std::string>() != hash) {
+            return Problem(409,
+                           "idempotency-key-reused",
+                           "Idempotency-Key reused",
+                           "this key was used with another body; use a new key for a new request");
+        }
+        if (row[0][1].as<std::string>() == "completed") {
+            // jsonb re-spaces the stored body: serialise it again the way it was first sent.
+            Response r{row[0][2].as<unsigned>(),
+                       "application/json",
+                       nlohmann::json::parse(row[0][3].as<std::string>()).dump(),
+                       {}};
+            if (r.status >= 400) r.content_type = "application/problem+json";
+            r.headers.emplace_back("Idempotent-Replayed", "true");
+            return r;
+        }
+        if (!row[0][4].as<bool>()) {
+            auto r = Problem(409,
+                             "request-in-progress",
+                             "Request in progress",
+                             "the first request with this key is still being processed; retry shortly");
+            r.headers.emplace_back("Retry-After", "1");
+            return r;
+        }
+        // An in-progress claim older than 30 s belongs to a server that died: take it over.
+        tx.exec_params(
+            "UPDATE idempotency_record SET created_at = now() WHERE scope = $1 AND idempotency_key = $2", scope, key);
+        tx.commit();
+        return std::nullopt;
+    });
+    if (answered) return *answered;
+
+    // 2. Start the saga and store the answer in the same transaction.
+    Response response;
+    const StartHook store_answer = [&](pqxx::transaction_base& tx, const StartResult& result) {
+        switch (result.status) {
+            case StartResult::Status::kStarted:
+            case StartResult::Status::kReplayed: {
+                response = Json(result.status == StartResult::Status::kStarted ? 201 : 200,
+                                {{"sagaId", result.saga_id},
+                                 {"status", "running"},
+                                 {"links", {{"self", "/v1/sagas/" + result.saga_id}}}});
+                break;
+            }
+            default:
+                response = Problem(409, "idempotency-key-reused", "Idempotency-Key reused", result.message);
+        }
+        tx.exec_params(
+            "UPDATE idempotency_record SET state = 'completed', http_status = $3, response = $4::jsonb, saga_id = "
+            "$5::uuid WHERE scope = $1 AND idempotency_key = $2",
+            scope,
+            key,
+            response.status,
+            response.body,
+            result.saga_id);
+    };
+    StartResult result;
+    try {
+        result = EngineInternals::StartSaga(engine_, type, input, saga_key, store_answer);
+    } catch (...) {
+        // Not stored: release the claim so the client's retry can succeed.
+        try {
+            pool.RunBlocking([&](pqxx::connection& conn) {
+                pqxx::work tx{conn};
+                tx.exec_params(
+                    "DELETE FROM idempotency_record WHERE scope = $1 AND idempotency_key = $2 AND state = "
+                    "'in_progress'",
+                    scope,
+                    key);
+                tx.commit();
+            });
+        } catch (...) {  // NOLINT(bugprone-empty-catch): the claim then expires after 30 s
+        }
+        throw;
+    }
+    if (result.status == StartResult::Status::kInvalidInput || result.status == StartResult::Status::kUnknownType) {
+        // Refused before any database work: release the claim; the same body fails the same way.
+        pool.RunBlocking([&](pqxx::connection& conn) {
+            pqxx::work tx{conn};
+            tx.exec_params("DELETE FROM idempotency_record WHERE scope = $1 AND idempotency_key = $2", scope, key);
+            tx.commit();
+        });
+        if (result.status == StartResult::Status::kUnknownType) {
+            return Problem(404, "unknown-saga-type", "Unknown saga type", result.message);
+        }
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& e : result.errors) list.push_back({{"path", e.path}, {"message", e.message}});
+        return Problem(422, "invalid-input", "Invalid input", result.message, {{"errors", list}});
+    }
+    if (response.status == 201) response.headers.emplace_back("Location", "/v1/sagas/" + result.saga_id);
+    return response;
+}
+
+HttpServer::Response HttpServer::Metrics() {
+    const auto m = engine_.Metrics();
+    const auto g = engine_.ReadGauges();
+    std::ostringstream out;
+    out << "# HELP sagaflow_sagas Sagas by type and status.\n# TYPE sagaflow_sagas gauge\n";
+    long long parked = 0;
+    for (const auto& [key, count] : g.sagas) {
+        out << "sagaflow_sagas{type=\"" << Label(key.first) << "\",status=\"" << key.second << "\"} " << count << "\n";
+        if (key.second == "failed") parked += count;
+    }
+    out << "# HELP sagaflow_sagas_parked Sagas parked as failed, waiting for an operator.\n"
+           "# TYPE sagaflow_sagas_parked gauge\nsagaflow_sagas_parked "
+        << parked << "\n";
+    out << "# HELP sagaflow_step_latency_seconds Step phase latency, dispatch to answer.\n"
+           "# TYPE sagaflow_step_latency_seconds histogram\n";
+    for (const auto& [step, h] : m.step_latency) {
+        for (std::size_t b = 0; b < StepLatency::kBuckets.size(); ++b) {
+            out << "sagaflow_step_latency_seconds_bucket{step=\"" << Label(step) << "\",le=\""
+                << StepLatency::kBuckets[b] << "\"} " << h.counts[b] << "\n";
+        }
+        out << "sagaflow_step_latency_seconds_bucket{step=\"" << Label(step) << "\",le=\"+Inf\"} " << h.count << "\n";
+        out << "sagaflow_step_latency_seconds_sum{step=\"" << Label(step) << "\"} " << h.sum << "\n";
+        out << "sagaflow_step_latency_seconds_count{step=\"" << Label(step) << "\"} " << h.count << "\n";
+    }
+    const auto counter = [&](const char* name, const char* help, std::uint64_t value) {
+        out << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n" << name << " " << value << "\n";
+    };
+    out << "# HELP sagaflow_outbox_backlog Outbox rows not yet published.\n# TYPE sagaflow_outbox_backlog gauge\n"
+        << "sagaflow_outbox_backlog " << g.outbox_backlog << "\n";
+    out << "# HELP sagaflow_outbox_oldest_unpublished_seconds Age of the oldest unpublished outbox row.\n"
+           "# TYPE sagaflow_outbox_oldest_unpublished_seconds gauge\nsagaflow_outbox_oldest_unpublished_seconds "
+        << g.oldest_unpublished_seconds << "\n";
+    counter("sagaflow_inbox_duplicates_total", "Replies dropped by the inbox as duplicates.", m.reply_duplicates);
+    counter("sagaflow_relay_errors_total",
+            "Outbox produce failures retried and relay batches rolled back.",
+            m.relay_errors);
+    counter("sagaflow_sagas_started_total", "Sagas started by this engine.", m.sagas_started);
+    counter("sagaflow_sagas_parked_total", "Sagas this engine parked as failed.", m.sagas_parked);
+    counter("sagaflow_replies_ignored_total",
+            "Replies recorded and ignored (stale, unknown saga, ...).",
+            m.replies_ignored);
+    counter("sagaflow_timers_fired_total", "Deadlines and retries fired by this engine.", m.timers_fired);
+    return {200, "text/plain; version=0.0.4", out.str(), {}};
+}
+
+HttpServer::Response HttpServer::Ready() {
+    bool database = false;
+    try {
+        database = EngineInternals::Pool(engine_).RunBlocking([](pqxx::connection& conn) {
+            pqxx::nontransaction tx{conn};
+            return tx.exec1("SELECT 1")[0].as<int>() == 1;
+        });
+    } catch (const std::exception&) {
+        database = false;
+    }
+    bool kafka = false;
+    {
+        std::lock_guard lock(ready_mutex_);
+        if (std::chrono::steady_clock::now() - kafka_checked_ > std::chrono::seconds(5)) {
+            kafka_ok_ = outbox::BrokersReachableBlocking(
+                config_.kafka_brokers, config_.kafka_properties, std::chrono::milliseconds(2000));
+            kafka_checked_ = std::chrono::steady_clock::now();
+        }
+        kafka = kafka_ok_;
+    }
+    const nlohmann::json body{{"postgresql", database ? "up" : "down"}, {"kafka", kafka ? "up" : "down"}};
+    if (database && kafka) return Json(200, body);
+    return Problem(503, "not-ready", "Not ready", "a dependency does not answer", {{"checks", body}});
+}
+
+}  // namespace sagaflow::detail

@@ -1,0 +1,331 @@
+// The HTTP API through a real HTTP client: the Idempotency-Key protocol, the saga endpoints,
+// operator endpoints, metrics and health, authentication, and malformed requests.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <pqxx/pqxx>
+#include <set>
+#include <thread>
+
+#include "engine/detail/canonical.hpp"
+#include "engine/engine.hpp"
+#include "tests/support/http_client.hpp"
+#include "tests/support/saga_rig.hpp"
+
+using namespace sagaflow;
+using testing::Count;
+using testing::HttpRequest;
+using testing::HttpResult;
+using testing::RawRequest;
+using testing::Rig;
+using testing::WaitFor;
+
+namespace {
+
+std::unique_ptr<Engine> HttpEngine(const Rig& rig, std::map<std::string, std::string> tokens = {}) {
+    auto config = rig.Config();
+    config.http.enabled = true;
+    config.http.port = 0;
+    config.http.io_timeout = std::chrono::seconds(3);
+    config.http.tokens = std::move(tokens);
+    auto engine = std::make_unique<Engine>(config);
+    engine->RegisterDefinition(rig.Yaml(), "itest.yaml");
+    engine->Start();
+    REQUIRE(engine->HttpPort() > 0);
+    return engine;
+}
+
+HttpResult Post(int port, const std::string& key, const std::string& body, std::map<std::string, std::string> h = {}) {
+    h["Content-Type"] = "application/json";
+    if (!key.empty()) h["Idempotency-Key"] = key;
+    return HttpRequest(port, "POST", "/v1/sagas/itest-saga", h, body);
+}
+
+std::string ProblemType(const HttpResult& r) {
+    CHECK(r.Header("content-type") == "application/problem+json");
+    const auto body = r.Json();
+    CHECK(body["status"] == r.status);
+    CHECK(body.contains("title"));
+    CHECK(body.contains("detail"));
+    const std::string type = body.value("type", "");
+    return type.substr(type.rfind('/') + 1);
+}
+
+}  // namespace
+
+TEST_CASE("Idempotency-Key: required; first request starts; same body replays; other body 409; 422 lists fields") {
+    Rig rig;
+    auto participant = rig.Participant(testing::Default);
+    auto engine = HttpEngine(rig);
+    const int port = engine->HttpPort();
+
+    const auto missing = Post(port, "", R"({"item":"a"})");
+    CHECK(missing.status == 400);
+    CHECK(ProblemType(missing) == "idempotency-key-missing");
+    CHECK(ProblemType(Post(port, std::string(256, 'k'), R"({"item":"a"})")) == "idempotency-key-invalid");
+    CHECK(ProblemType(Post(port, "has space", R"({"item":"a"})")) == "idempotency-key-invalid");
+
+    const auto first = Post(port, "order-1", R"({"item": "a", "mode": ""})");
+    REQUIRE(first.status == 201);
+    const auto saga_id = first.Json()["sagaId"].get<std::string>();
+    CHECK(first.Json()["status"] == "running");
+    CHECK(first.Json()["links"]["self"] == "/v1/sagas/" + saga_id);
+    CHECK(first.Header("location") == "/v1/sagas/" + saga_id);
+    CHECK(first.Header("idempotent-replayed").empty());
+
+    // The same body written differently (key order, whitespace) is the same command.
+    const auto replay = Post(port, "order-1", "{ \"mode\":\"\",\n  \"item\":\"a\" }");
+    CHECK(replay.status == 201);
+    CHECK(replay.body == first.body);
+    CHECK(replay.Header("idempotent-replayed") == "true");
+
+    const auto reused = Post(port, "order-1", R"({"item": "b"})");
+    CHECK(reused.status == 409);
+    CHECK(ProblemType(reused) == "idempotency-key-reused");
+
+    const auto invalid = Post(port, "order-2", R"({"failAt": 3, "mode": false})");
+    CHECK(invalid.status == 422);
+    CHECK(ProblemType(invalid) == "invalid-input");
+    CHECK(invalid.Json()["errors"].size() == 3);  // item missing, failAt and mode of the wrong type
+
+    // Stored: the canonical body's hash, the status and the body, with the saga; one saga in all.
+    pqxx::connection conn{rig.db.Url()};
+    pqxx::read_transaction tx{conn};
+    const auto record = tx.exec1(
+        "SELECT command_hash, state, http_status, response::text, saga_id::text, expires_at > now() + interval '47 "
+        "hours' FROM idempotency_record WHERE idempotency_key = 'order-1'");
+    CHECK(record[0].as<std::string>() == detail::CanonicalHash(nlohmann::json{{"item", "a"}, {"mode", ""}}));
+    CHECK(record[1].as<std::string>() == "completed");
+    CHECK(record[2].as<int>() == 201);
+    CHECK(nlohmann::json::parse(record[3].as<std::string>()) == first.Json());
+    CHECK(record[4].as<std::string>() == saga_id);
+    CHECK(record[5].as<bool>());
+    CHECK(tx.exec1("SELECT count(*) FROM saga_instance")[0].as<long long>() == 1);
+    CHECK(tx.exec1("SELECT count(*) FROM idempotency_record")[0].as<long long>() == 1);  // 4xx not stored
+}
+
+TEST_CASE("a key whose first request is in progress gets 409 request-in-progress; a dead claim is taken over") {
+    Rig rig;
+    auto engine = HttpEngine(rig);
+    const int port = engine->HttpPort();
+    const std::string body = R"({"item":"x"})";
+    const auto hash = detail::CanonicalHash(nlohmann::json::parse(body));
+    {
+        // Another server is processing "busy" right now, and "dead" was claimed 31 s ago by a
+        // server that died.
+        pqxx::connection conn{rig.db.Url()};
+        pqxx::work tx{conn};
+        tx.exec_params(
+            "INSERT INTO idempotency_record (scope, idempotency_key, command_hash, state, expires_at) "
+            "VALUES ('saga:itest-saga', 'busy', $1, 'in_progress', now() + interval '48 hours')",
+            hash);
+        tx.exec_params(
+            "INSERT INTO idempotency_record (scope, idempotency_key, command_hash, state, expires_at, "
+            "created_at) VALUES ('saga:itest-saga', 'dead', $1, 'in_progress', now() + interval '48 "
+            "hours', now() - interval '31 seconds')",
+            hash);
+        tx.commit();
+    }
+    const auto busy = Post(port, "busy", body);
+    CHECK(busy.status == 409);
+    CHECK(ProblemType(busy) == "request-in-progress");
+    CHECK(busy.Header("retry-after") == "1");
+    CHECK(Post(port, "dead", body).status == 201);
+}
+
+TEST_CASE("50 concurrent requests with one key: exactly one saga; the others replay it or are told to wait") {
+    Rig rig;
+    auto engine = HttpEngine(rig);
+    const int port = engine->HttpPort();
+    std::vector<std::future<HttpResult>> answers;
+    for (int i = 0; i < 50; ++i) {
+        answers.push_back(std::async(std::launch::async, [port] { return Post(port, "same-key", R"({"item":"c"})"); }));
+    }
+    int fresh = 0, replays = 0, in_progress = 0;
+    std::set<std::string> ids;
+    for (auto& f : answers) {
+        const auto r = f.get();
+        if (r.status == 201 && r.Header("idempotent-replayed").empty()) {
+            ++fresh;
+            ids.insert(r.Json()["sagaId"]);
+        } else if (r.status == 201) {
+            ++replays;
+            ids.insert(r.Json()["sagaId"]);
+        } else if (r.status == 409 && ProblemType(r) == "request-in-progress") {
+            ++in_progress;
+        }
+    }
+    MESSAGE("fresh " << fresh << ", replays " << replays << ", in progress " << in_progress);
+    CHECK(fresh == 1);
+    CHECK(fresh + replays + in_progress == 50);
+    CHECK(ids.size() == 1);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_instance") == 1);
+}
+
+TEST_CASE("an internal error is not stored: the client's retry with the same key succeeds") {
+    Rig rig;
+    auto engine = HttpEngine(rig);
+    const int port = engine->HttpPort();
+    {
+        pqxx::connection conn{rig.db.Url()};
+        pqxx::work tx{conn};
+        tx.exec("ALTER TABLE saga_instance RENAME TO saga_instance_away");
+        tx.commit();
+    }
+    const auto failed = Post(port, "k", R"({"item":"e"})");
+    CHECK(failed.status == 500);
+    CHECK(ProblemType(failed) == "internal-error");
+    CHECK(failed.body.find("saga_instance") == std::string::npos);  // no internals, no stack trace
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM idempotency_record") == 0);
+    {
+        pqxx::connection conn{rig.db.Url()};
+        pqxx::work tx{conn};
+        tx.exec("ALTER TABLE saga_instance_away RENAME TO saga_instance");
+        tx.commit();
+    }
+    const auto retried = Post(port, "k", R"({"item":"e"})");
+    CHECK(retried.status == 201);
+    CHECK(retried.Header("idempotent-replayed").empty());
+}
+
+TEST_CASE("reading sagas, paging, operator retry, metrics and health") {
+    Rig rig;
+    auto participant = rig.Participant(testing::Default);
+    auto engine = HttpEngine(rig);
+    const int port = engine->HttpPort();
+    std::vector<std::string> ids;
+    for (int n = 0; n < 5; ++n) {
+        ids.push_back(Post(port, "r" + std::to_string(n), nlohmann::json{{"item", "//" + std::to_string(n)}}.dump())
+                          .Json()["sagaId"]);
+    }
+    const auto parked = Post(port, "p", R"({"item":"notify//9"})").Json()["sagaId"].get<std::string>();
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+
+    const auto one = HttpRequest(port, "GET", "/v1/sagas/" + ids[0]);
+    REQUIRE(one.status == 200);
+    const auto saga = one.Json();
+    CHECK(saga["status"] == "completed");
+    CHECK(saga["steps"].size() == 4);
+    CHECK(saga["timeline"].front()["kind"] == "started");
+    CHECK(saga["data"]["reservation"] == "r-//0");
+    CHECK(HttpRequest(port, "GET", "/v1/sagas/01890000-0000-7000-8000-000000000000").status == 404);
+    CHECK(HttpRequest(port, "GET", "/v1/sagas/not-an-id").status == 404);
+
+    // Paging: 2 at a time through all completed sagas.
+    std::set<std::string> seen;
+    std::string cursor;
+    int pages = 0;
+    do {
+        const auto page = HttpRequest(
+            port,
+            "GET",
+            "/v1/sagas?status=completed&type=itest-saga&limit=2" + (cursor.empty() ? "" : "&cursor=" + cursor));
+        REQUIRE(page.status == 200);
+        const auto body = page.Json();  // iterate a named value, not a temporary's member
+        for (const auto& item : body["items"]) seen.insert(item["sagaId"].get<std::string>());
+        cursor = body["nextCursor"].is_null() ? "" : body["nextCursor"].get<std::string>();
+        ++pages;
+    } while (!cursor.empty() && pages < 10);
+    CHECK(seen.size() == ids.size());
+    CHECK(seen == std::set<std::string>(ids.begin(), ids.end()));
+    CHECK(pages == 3);
+    CHECK(HttpRequest(port, "GET", "/v1/sagas?status=bogus").status == 400);
+    CHECK(HttpRequest(port, "GET", "/v1/sagas?limit=0").status == 400);
+    CHECK(HttpRequest(port, "GET", "/v1/sagas?cursor=abc").status == 400);
+
+    // The parked saga resumes on an operator's retry: one more attempt, same command event id.
+    CHECK(HttpRequest(port, "GET", "/v1/sagas/" + parked).Json()["status"] == "failed");
+    const auto retry = HttpRequest(port, "POST", "/v1/sagas/" + parked + "/retry");
+    CHECK(retry.status == 202);
+    CHECK(WaitFor(
+        [&] {
+            const auto s = HttpRequest(port, "GET", "/v1/sagas/" + parked).Json();
+            return s["status"] == "failed" && s["timeline"].back()["kind"] == "finished" &&
+                   s["steps"].back()["attempt"] == 4;
+        },
+        std::chrono::seconds(30)));
+    std::set<std::string> notify_ids;
+    for (const auto& c : participant->Received()) {
+        if (c.saga_id == parked && c.step_name == "notify") notify_ids.insert(c.event_id);
+    }
+    CHECK(notify_ids.size() == 1);
+    const auto not_parked = HttpRequest(port, "POST", "/v1/sagas/" + ids[0] + "/retry");
+    CHECK(not_parked.status == 409);
+    CHECK(ProblemType(not_parked) == "saga-not-parked");
+
+    const auto metrics = HttpRequest(port, "GET", "/metrics");
+    CHECK(metrics.status == 200);
+    CHECK(metrics.Header("content-type").rfind("text/plain; version=0.0.4", 0) == 0);
+    CHECK(metrics.body.find("sagaflow_sagas{type=\"itest-saga\",status=\"completed\"} 5") != std::string::npos);
+    CHECK(metrics.body.find("sagaflow_sagas_parked 1") != std::string::npos);
+    CHECK(metrics.body.find("sagaflow_step_latency_seconds_count{step=\"reserve\"} 6") != std::string::npos);
+    CHECK(metrics.body.find("sagaflow_outbox_backlog ") != std::string::npos);
+    CHECK(metrics.body.find("sagaflow_outbox_oldest_unpublished_seconds ") != std::string::npos);
+    CHECK(metrics.body.find("sagaflow_inbox_duplicates_total ") != std::string::npos);
+    CHECK(metrics.body.find("sagaflow_relay_errors_total ") != std::string::npos);
+    CHECK(HttpRequest(port, "GET", "/healthz").status == 200);
+    const auto ready = HttpRequest(port, "GET", "/readyz");
+    CHECK(ready.status == 200);
+    CHECK(ready.Json() == nlohmann::json{{"postgresql", "up"}, {"kafka", "up"}});
+}
+
+TEST_CASE("bearer tokens: 401 without, 403 for non-operators, keys scoped per client") {
+    Rig rig;
+    auto engine = HttpEngine(rig, {{"shop-token", "shop"}, {"app-token", "app"}, {"op-token", "operator-1"}});
+    const int port = engine->HttpPort();
+    const auto none = Post(port, "k", R"({"item":"a"})");
+    CHECK(none.status == 401);
+    CHECK(none.Header("www-authenticate") == "Bearer");
+    CHECK(Post(port, "k", R"({"item":"a"})", {{"Authorization", "Bearer wrong"}}).status == 401);
+    const auto shop = Post(port, "k", R"({"item":"a"})", {{"Authorization", "Bearer shop-token"}});
+    CHECK(shop.status == 201);
+    // The same key from another client is another request.
+    const auto app = Post(port, "k", R"({"item":"b"})", {{"Authorization", "Bearer app-token"}});
+    CHECK(app.status == 201);
+    CHECK(app.Json()["sagaId"] != shop.Json()["sagaId"]);
+    CHECK(HttpRequest(port, "GET", "/v1/sagas", {{"Authorization", "Bearer shop-token"}}).status == 403);
+    CHECK(HttpRequest(port, "GET", "/v1/sagas", {{"Authorization", "Bearer op-token"}}).status == 200);
+    CHECK(HttpRequest(port, "GET", "/healthz").status == 200);  // probes need no token
+}
+
+TEST_CASE("malformed requests get the right 4xx and the server keeps serving") {
+    Rig rig;
+    auto engine = HttpEngine(rig);
+    const int port = engine->HttpPort();
+    const std::map<std::string, std::string> key{{"Idempotency-Key", "m"}};
+    CHECK(ProblemType(Post(port, "m", "{not json")) == "malformed-json");
+    CHECK(ProblemType(Post(port, "m", "[1,2]")) == "malformed-json");
+    CHECK(ProblemType(Post(port, "m", "{\"item\":\"\xff\xfe\"}")) == "malformed-json");  // invalid UTF-8
+    const auto text = HttpRequest(
+        port, "POST", "/v1/sagas/itest-saga", {{"Idempotency-Key", "m"}, {"Content-Type", "text/plain"}}, "{}");
+    CHECK(text.status == 415);
+    // Path traversal and odd names in {type}.
+    for (const std::string target :
+         {"/v1/sagas/..%2F..%2Fetc%2Fpasswd", "/v1/sagas/../../etc/passwd", "/v1/sagas/ITEST", "/v1/sagas/%00"}) {
+        CAPTURE(target);
+        const auto r =
+            HttpRequest(port, "POST", target, {{"Idempotency-Key", "m"}, {"Content-Type", "application/json"}}, "{}");
+        CHECK(r.status == 404);
+    }
+    CHECK(HttpRequest(port, "GET", "/nowhere").status == 404);
+    CHECK(HttpRequest(port, "DELETE", "/v1/sagas/itest-saga").status == 405);
+    // A body over 1 MiB.
+    const auto huge = Post(port, "m", "{\"item\":\"" + std::string(2 << 20, 'x') + "\"}");
+    CHECK(huge.status == 413);
+    // Huge headers.
+    const auto headers =
+        RawRequest(port, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(64 << 10, 'h') + "\r\n\r\n");
+    CHECK(headers.status == 431);
+    // A truncated body: Content-Length promises more than arrives before the client stops sending.
+    const auto truncated = RawRequest(port,
+                                      "POST /v1/sagas/itest-saga HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                      "application/json\r\nIdempotency-Key: t\r\nContent-Length: 100\r\n\r\n{\"item\"",
+                                      true);
+    CHECK(truncated.status == 400);
+    // Garbage instead of HTTP.
+    CHECK(RawRequest(port, "HELLO\r\n\r\n").status == 400);
+    // Still serving, and nothing was started by any of it.
+    CHECK(HttpRequest(port, "GET", "/healthz").status == 200);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_instance") == 0);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM idempotency_record") == 0);
+}
