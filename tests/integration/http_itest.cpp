@@ -2,6 +2,10 @@
 // operator endpoints, metrics and health, authentication, and malformed requests.
 #include <doctest/doctest.h>
 
+#include <array>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 #include <future>
 #include <pqxx/pqxx>
 #include <set>
@@ -22,12 +26,15 @@ using testing::WaitFor;
 
 namespace {
 
-std::unique_ptr<Engine> HttpEngine(const Rig& rig, std::map<std::string, std::string> tokens = {}) {
+std::unique_ptr<Engine> HttpEngine(const Rig& rig,
+                                   std::map<std::string, std::string> tokens = {},
+                                   int max_connections = 256) {
     auto config = rig.Config();
     config.http.enabled = true;
     config.http.port = 0;
     config.http.io_timeout = std::chrono::seconds(3);
     config.http.tokens = std::move(tokens);
+    config.http.max_connections = max_connections;
     auto engine = std::make_unique<Engine>(config);
     engine->RegisterDefinition(rig.Yaml(), "itest.yaml");
     engine->Start();
@@ -328,4 +335,33 @@ TEST_CASE("malformed requests get the right 4xx and the server keeps serving") {
     CHECK(HttpRequest(port, "GET", "/healthz").status == 200);
     CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_instance") == 0);
     CHECK(Count(rig.db.Url(), "SELECT count(*) FROM idempotency_record") == 0);
+}
+
+TEST_CASE("slow clients are cut off, and connections beyond the cap get 503") {
+    Rig rig;
+    auto engine = HttpEngine(rig, {}, 2);
+    const int port = engine->HttpPort();
+    namespace asio = boost::asio;
+    asio::io_context io;
+    const asio::ip::tcp::endpoint server{asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)};
+    // Two idle connections fill the cap of 2; a third gets 503 at once.
+    asio::ip::tcp::socket idle1{io}, idle2{io};
+    idle1.connect(server);
+    idle2.connect(server);
+    asio::write(idle1, asio::buffer(std::string("GET /healthz HTTP/1.1\r\nHost: x\r\n")));  // never finished
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const auto over = HttpRequest(port, "GET", "/healthz");
+    CHECK(over.status == 503);
+    CHECK(over.Header("retry-after") == "1");
+    // The slow client is cut off after the 3 s io timeout: its socket reads end of file.
+    const auto started = std::chrono::steady_clock::now();
+    std::array<char, 256> buffer{};
+    boost::system::error_code ec;
+    idle1.read_some(asio::buffer(buffer), ec);
+    const auto waited = std::chrono::steady_clock::now() - started;
+    CHECK(ec == asio::error::eof);
+    CHECK(waited < std::chrono::seconds(10));
+    idle2.close();
+    // Room again: served.
+    CHECK(WaitFor([&] { return HttpRequest(port, "GET", "/healthz").status == 200; }, std::chrono::seconds(10)));
 }

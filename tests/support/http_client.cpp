@@ -66,8 +66,9 @@ HttpResult HttpRequest(int port,
 HttpResult RawRequest(int port, const std::string& bytes, bool close_after) {
     asio::io_context io;
     auto socket = Connect(io, port);
-    asio::write(socket, asio::buffer(bytes));
-    if (close_after) socket.shutdown(tcp::socket::shutdown_send);
+    beast::error_code ec;  // the server may answer (431, 413) and close before everything is sent
+    asio::write(socket, asio::buffer(bytes), ec);
+    if (close_after) socket.shutdown(tcp::socket::shutdown_send, ec);
     return ReadResponse(socket);
 }
 
