@@ -12,6 +12,7 @@
 #include <set>
 #include <thread>
 
+#include "engine/audit.hpp"
 #include "engine/detail/child_process.hpp"
 #include "engine/engine.hpp"
 #include "outbox/detail/rdkafka.hpp"
@@ -355,6 +356,13 @@ int RunDemo(const DemoOptions& o) {
     expect_zero("approved orders without exactly one charged payment",
                 "SELECT count(*) FROM orders.orders o WHERE o.status = 'approved' AND (SELECT count(*) FROM "
                 "payments.payment p WHERE p.order_id = o.order_id AND p.status = 'charged') <> 1");
+    AuditOptions audit;
+    audit.db_url = o.db_url;
+    audit.participant_schemas = {"orders", "payments"};
+    audit.payments_schema = "payments";
+    const auto report = AuditBlocking(audit);
+    std::cout << "\n" << report.Summary();
+    if (!report.Ok()) violations.push_back("the audit found broken guarantees (above)");
     const long long refunded = Scalar(conn, "SELECT count(*) FROM payments.refund");
     const long long declined = Scalar(conn, "SELECT count(*) FROM orders.orders WHERE amount > 500");
 

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/audit.hpp"
 #include "engine/cli/demo.hpp"
 #include "engine/definition_graph.hpp"
 #include "engine/definition_loader.hpp"
@@ -247,6 +248,19 @@ int main(int argc, char** argv) {
                     run_flags.consumer_properties,
                     "librdkafka KEY=VALUE for the reply consumer (repeatable)");
 
+    sagaflow::AuditOptions audit_options;
+    bool audit_json = false;
+    int grace_seconds = 60;
+    auto* audit = app.add_subcommand("audit", "Check every saga guarantee in the database; exit 0 only if all hold");
+    audit->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
+    audit->add_option("--participant-schema",
+                      audit_options.participant_schemas,
+                      "a participant's schema in the same database (repeatable)");
+    audit->add_option("--payments-schema", audit_options.payments_schema, "the example payment tables' schema");
+    audit->add_option("--grace-seconds", grace_seconds, "how late a timer or an unpublished row may be")
+        ->capture_default_str();
+    audit->add_flag("--json", audit_json, "print the report as JSON");
+
     sagaflow::cli::DemoOptions demo_options;
     {
         // Next to this binary in a build tree: <build>/engine/cli/sagaflow -> <build>/examples/order-payment.
@@ -288,6 +302,13 @@ int main(int argc, char** argv) {
         if (*sweep) return Sweep(DbUrl(db_flag), ttl_hours);
         if (*relay) return RunRelay(DbUrl(db_flag), brokers);
         if (*run) return RunEngine(DbUrl(db_flag), run_flags);
+        if (*audit) {
+            audit_options.db_url = DbUrl(db_flag);
+            audit_options.grace = std::chrono::seconds(grace_seconds);
+            const auto report = sagaflow::AuditBlocking(audit_options);
+            std::cout << (audit_json ? report.ToJson().dump(2) + "\n" : report.Summary());
+            return report.Ok() ? 0 : kExitInvalid;
+        }
         if (*demo) {
             demo_options.db_url = DbUrl(db_flag);
             return sagaflow::cli::RunDemo(demo_options);

@@ -10,6 +10,7 @@
 #include <pqxx/pqxx>
 #include <sstream>
 
+#include "engine/audit.hpp"
 #include "engine/detail/child_process.hpp"
 #include "tests/support/services.hpp"
 
@@ -76,4 +77,91 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
     // Every declined order was cancelled and never charged.
     CHECK(tx.exec1("SELECT count(*) FROM orders.orders WHERE amount > 500 AND status <> 'cancelled'")[0]
               .as<long long>() == 0);
+    tx.commit();
+
+    // The audit passes on what the demo left, and fails, check by check, on each kind of damage.
+    AuditOptions options;
+    options.db_url = db.Url();
+    options.participant_schemas = {"orders", "payments"};
+    options.payments_schema = "payments";
+    const auto clean = AuditBlocking(options);
+    INFO(clean.Summary());
+    REQUIRE(clean.Ok());
+    CHECK(clean.checks.size() == 7);
+    const auto violations = [&](const std::string& check) {
+        for (const auto& c : AuditBlocking(options).checks) {
+            if (c.name == check) return c.violations;
+        }
+        return -1LL;
+    };
+    // The slow provider's saga: compensated, with a charge and its refund.
+    const std::string slow = [&] {
+        pqxx::read_transaction rtx{conn};
+        return rtx.exec1("SELECT saga_id::text FROM saga_instance WHERE input->>'orderId' LIKE '%-slow'")[0]
+            .as<std::string>();
+    }();
+    const auto damage = [&](const std::string& check, const std::string& break_sql, const std::string& repair_sql) {
+        CAPTURE(check);
+        {
+            pqxx::work w{conn};
+            w.exec(break_sql);
+            w.commit();
+        }
+        CHECK(violations(check) >= 1);
+        {
+            pqxx::work w{conn};
+            w.exec(repair_sql);
+            w.commit();
+        }
+        CHECK(violations(check) == 0);
+    };
+    damage("terminal-or-live",
+           "UPDATE saga_instance SET status = 'running' WHERE saga_id = '" + slow + "'",
+           "UPDATE saga_instance SET status = 'compensated' WHERE saga_id = '" + slow + "'");
+    damage("dispatch-once",
+           "INSERT INTO outbox (event_id, topic, message_key, payload, published_at) SELECT gen_random_uuid(), topic, "
+           "message_key, payload, now() FROM outbox WHERE message_key = '" +
+               slow +
+               "' AND payload->>'stepname' = "
+               "'create-order' AND payload->>'phase' = 'action'",
+           "DELETE FROM outbox WHERE message_key = '" + slow +
+               "' AND payload->>'stepname' = 'create-order' AND "
+               "payload->>'phase' = 'action' AND event_id NOT IN (SELECT command_event_id FROM saga_step)");
+    damage("apply-once",
+           "UPDATE payments.processed_event SET event_id = gen_random_uuid() WHERE event_id = (SELECT command_event_id "
+           "FROM payments.participant_step WHERE saga_id = '" +
+               slow + "' AND phase = 'compensation')",
+           "INSERT INTO payments.processed_event (consumer_name, event_id) SELECT 'sagaflow-participant-payment', "
+           "command_event_id FROM payments.participant_step WHERE saga_id = '" +
+               slow +
+               "' AND phase = "
+               "'compensation'");
+    damage("compensation",
+           "UPDATE saga_step SET dispatched_at = dispatched_at - interval '1 hour' WHERE saga_id = '" + slow +
+               "' AND step_name = 'create-order' AND phase = 'compensation'",
+           "UPDATE saga_step SET dispatched_at = dispatched_at + interval '1 hour' WHERE saga_id = '" + slow +
+               "' AND step_name = 'create-order' AND phase = 'compensation'");
+    damage("no-hanging",
+           "UPDATE payments.participant_step SET applied_at = applied_at + interval '1 hour' WHERE saga_id = '" + slow +
+               "' AND phase = 'action'",
+           "UPDATE payments.participant_step SET applied_at = applied_at - interval '1 hour' WHERE saga_id = '" + slow +
+               "' AND phase = 'action'");
+    damage("outbox",
+           "UPDATE outbox SET published_at = NULL, created_at = created_at - interval '2 hours' WHERE message_key = '" +
+               slow + "' AND payload->>'stepname' = 'create-order' AND payload->>'phase' = 'action'",
+           "UPDATE outbox SET published_at = now(), created_at = created_at + interval '2 hours' WHERE message_key = "
+           "'" +
+               slow + "' AND payload->>'stepname' = 'create-order' AND payload->>'phase' = 'action'");
+    {
+        pqxx::work w{conn};
+        w.exec("ALTER TABLE payments.payment DROP CONSTRAINT payment_payment_provider_external_payment_id_key");
+        w.commit();
+    }
+    damage("money",
+           "INSERT INTO payments.payment (saga_id, order_id, customer_id, amount, currency, payment_provider, "
+           "external_payment_id, status) SELECT gen_random_uuid(), order_id, customer_id, amount, currency, "
+           "payment_provider, external_payment_id, 'charged' FROM payments.payment WHERE saga_id = '" +
+               slow + "'",
+           "DELETE FROM payments.payment p WHERE NOT EXISTS (SELECT 1 FROM saga_instance i WHERE i.saga_id = "
+           "p.saga_id)");
 }
