@@ -3,15 +3,16 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+set_target_properties(sagaflow_core PROPERTIES EXPORT_NAME core)
 set_target_properties(sagaflow_engine PROPERTIES EXPORT_NAME engine)
 set_target_properties(sagaflow_outbox PROPERTIES EXPORT_NAME outbox)
 set_target_properties(sagaflow_store PROPERTIES EXPORT_NAME store)
 set_target_properties(sagaflow_warnings PROPERTIES EXPORT_NAME warnings)
-foreach(target sagaflow_engine sagaflow_outbox sagaflow_store)
+foreach(target sagaflow_core sagaflow_engine sagaflow_outbox sagaflow_store)
     target_include_directories(${target} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 endforeach()
 
-install(TARGETS sagaflow_engine sagaflow_outbox sagaflow_store sagaflow_warnings
+install(TARGETS sagaflow_core sagaflow_engine sagaflow_outbox sagaflow_store sagaflow_warnings
     EXPORT sagaflowTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS sagaflow RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

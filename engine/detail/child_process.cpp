@@ -5,13 +5,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <stdexcept>
 
 namespace sagaflow::detail {
 
 ChildProcess::ChildProcess(const std::string& program,
                            const std::vector<std::string>& args,
-                           const std::string& log_file) {
+                           const std::string& log_file,
+                           const std::vector<std::string>& env) {
     std::vector<std::string> all{program};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -26,6 +28,10 @@ ChildProcess::ChildProcess(const std::string& program,
             dup2(fd, STDERR_FILENO);
             dup2(fd, STDOUT_FILENO);
         }
+        for (const auto& entry : env) {
+            const auto eq = entry.find('=');
+            if (eq != std::string::npos) setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
+        }
         execv(program.c_str(), argv.data());
         _exit(127);
     }
@@ -33,6 +39,16 @@ ChildProcess::ChildProcess(const std::string& program,
 
 ChildProcess::~ChildProcess() {
     if (pid_ > 0) KillAndWait(SIGKILL);
+}
+
+bool ChildProcess::Running() {
+    if (pid_ <= 0) return false;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return false;
+    }
+    return true;
 }
 
 int ChildProcess::Wait() {

@@ -11,8 +11,12 @@ namespace sagaflow::detail {
 
 class ChildProcess {
   public:
-    // Starts `program` with `args`; its stderr goes to `log_file` (appended), or nowhere if empty.
-    ChildProcess(const std::string& program, const std::vector<std::string>& args, const std::string& log_file = {});
+    // Starts `program` with `args`; its stderr goes to `log_file` (appended), or nowhere if empty;
+    // `env` entries ("NAME=VALUE") are added to its environment.
+    ChildProcess(const std::string& program,
+                 const std::vector<std::string>& args,
+                 const std::string& log_file = {},
+                 const std::vector<std::string>& env = {});
     ~ChildProcess();  // SIGKILL if still running
     ChildProcess(const ChildProcess&) = delete;
     ChildProcess& operator=(const ChildProcess&) = delete;
@@ -22,6 +26,8 @@ class ChildProcess {
     int KillAndWait(int signal);
     // Waits for the child to end by itself; returns the raw waitpid status.
     int Wait();
+    // True while the child runs (reaps it if it ended).
+    bool Running();
 
   private:
     pid_t pid_ = -1;

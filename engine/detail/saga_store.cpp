@@ -4,6 +4,7 @@
 
 #include "outbox/uuid.hpp"
 #include "outbox/writer.hpp"
+#include "store/test_guards.hpp"
 
 namespace sagaflow::detail {
 
@@ -220,8 +221,18 @@ Effects Persist(pqxx::transaction_base& tx,
                     phase_text,
                     dispatch->attempt,
                     timeout_ms);
-                const std::string event_id = row.at(0)[0].as<std::string>();
-                outbox::Rearm(tx, event_id);
+                std::string event_id = row.at(0)[0].as<std::string>();
+                if (store::GuardDisabled("dispatch-dedup")) {
+                    // TEST ONLY: the resend as a new message, the mistake the dedup key exists for.
+                    const auto copy =
+                        tx.exec_params("SELECT topic, payload::text FROM outbox WHERE event_id = $1::uuid", event_id);
+                    std::string reason;
+                    auto event = outbox::ParseCloudEvent(copy.at(0)[1].c_str(), reason);
+                    event->id = outbox::NewUuidV7();
+                    event_id = outbox::Enqueue(tx, copy[0][0].as<std::string>(), saga.saga_id, *event);
+                } else {
+                    outbox::Rearm(tx, event_id);
+                }
                 RecordEvent(
                     tx, saga.saga_id, "resent", dispatch->step_name, phase_text, dispatch->attempt, event_id, {});
             }

@@ -6,10 +6,10 @@
 int main(int argc, char** argv) {
     CLI::App app{"sagaflow example: the order service (participant 'order')"};
     example::ServiceFlags flags;
-    example::AddServiceFlags(app, flags, "orders");
+    example::AddServiceFlags(app, flags, "order", "orders");
     CLI11_PARSE(app, argc, argv);
 
-    sagaflow::Participant participant{example::ConfigFrom(flags, "order")};
+    sagaflow::Participant participant{example::ConfigFrom(flags)};
     participant.Setup([](sagaflow::Transaction& tx) {
         tx.Execute(
             "CREATE TABLE IF NOT EXISTS orders ("

@@ -7,11 +7,12 @@
 #include <thread>
 
 #include "examples/order-payment/service.hpp"
+#include "store/test_guards.hpp"
 
 int main(int argc, char** argv) {
     CLI::App app{"sagaflow example: the payment service (participant 'payment')"};
     example::ServiceFlags flags;
-    example::AddServiceFlags(app, flags, "payments");
+    example::AddServiceFlags(app, flags, "payment", "payments");
     double limit = 500.0;
     std::string slow_order;
     int slow_ms = 6000;
@@ -19,10 +20,15 @@ int main(int argc, char** argv) {
     app.add_option("--slow-order", slow_order, "the provider stand-in is slow for this order's first charge");
     app.add_option("--slow-ms", slow_ms, "how slow (longer than the step timeout makes the engine resend)")
         ->capture_default_str();
+    int slow_every = 0;
+    app.add_option("--slow-every", slow_every, "the provider is slow (--slow-ms) on every Nth charge; 0: never")
+        ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
-    sagaflow::Participant participant{example::ConfigFrom(flags, "payment")};
-    participant.Setup([](sagaflow::Transaction& tx) {
+    sagaflow::Participant participant{example::ConfigFrom(flags)};
+    // TEST ONLY (issue 9): without the UNIQUE, the audit must find the double charge.
+    const bool unique = !sagaflow::store::GuardDisabled("payment-unique");
+    participant.Setup([unique](sagaflow::Transaction& tx) {
         tx.Execute(
             "CREATE TABLE IF NOT EXISTS payment ("
             "  payment_id           uuid          PRIMARY KEY DEFAULT gen_random_uuid(),"
@@ -34,8 +40,8 @@ int main(int argc, char** argv) {
             "  payment_provider     text          NOT NULL,"
             "  external_payment_id  text          NOT NULL,"
             "  status               text          NOT NULL CHECK (status IN ('charged', 'refunded')),"
-            "  created_at           timestamptz   NOT NULL DEFAULT now(),"
-            "  UNIQUE (payment_provider, external_payment_id))");
+            "  created_at           timestamptz   NOT NULL DEFAULT now()" +
+            std::string(unique ? ", UNIQUE (payment_provider, external_payment_id))" : ")"));
         tx.Execute(
             "CREATE TABLE IF NOT EXISTS refund ("
             "  payment_id   uuid        PRIMARY KEY REFERENCES payment (payment_id),"
@@ -43,12 +49,14 @@ int main(int argc, char** argv) {
             "  refunded_at  timestamptz NOT NULL DEFAULT now())");
     });
     bool slowed = false;  // the consumer thread runs the handlers one at a time
+    int charges = 0;
     participant.OnAction("ChargePayment.v1", [&](sagaflow::Transaction& tx, const sagaflow::Command& c) {
         const auto& d = c.data;
         const std::string order_id = d.value("orderId", "");
         const std::string amount = d.value("amount", "0");
-        if (!slow_order.empty() && order_id == slow_order && !slowed) {
-            slowed = true;
+        if ((!slow_order.empty() && order_id == slow_order && !slowed) ||
+            (slow_every > 0 && ++charges % slow_every == 0)) {
+            slowed = slowed || order_id == slow_order;
             std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));  // the provider is slow
         }
         if (std::stod(amount) > limit) {
@@ -59,7 +67,7 @@ int main(int argc, char** argv) {
         auto rows = tx.Query(
             "INSERT INTO payment (saga_id, order_id, customer_id, amount, currency, payment_provider, "
             "external_payment_id, status) VALUES ($1::uuid, $2, $3::bigint, $4::numeric, $5, $6, $7, 'charged') "
-            "ON CONFLICT (payment_provider, external_payment_id) DO NOTHING RETURNING payment_id::text",
+            "ON CONFLICT DO NOTHING RETURNING payment_id::text",
             {c.saga_id,
              order_id,
              std::to_string(d.value("customerId", 0LL)),

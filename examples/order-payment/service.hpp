@@ -17,6 +17,7 @@
 namespace example {
 
 struct ServiceFlags {
+    std::string name;  // the participant name (the saga's `participant:`)
     std::string db;
     std::string schema;
     std::string brokers;
@@ -25,8 +26,13 @@ struct ServiceFlags {
     std::vector<std::string> consumer_properties;  // KEY=VALUE
 };
 
-inline void AddServiceFlags(CLI::App& app, ServiceFlags& flags, const std::string& default_schema) {
+inline void AddServiceFlags(CLI::App& app,
+                            ServiceFlags& flags,
+                            const std::string& default_name,
+                            const std::string& default_schema) {
+    flags.name = default_name;
     flags.schema = default_schema;
+    app.add_option("--name", flags.name, "participant name: commands come on <name>.commands")->capture_default_str();
     app.add_option("--db", flags.db, "PostgreSQL URL")->required();
     app.add_option("--schema", flags.schema, "the service's own schema")->capture_default_str();
     app.add_option("--brokers", flags.brokers, "Kafka bootstrap servers")->required();
@@ -35,9 +41,9 @@ inline void AddServiceFlags(CLI::App& app, ServiceFlags& flags, const std::strin
     app.add_option("--consumer-property", flags.consumer_properties, "librdkafka KEY=VALUE for the command consumer");
 }
 
-inline sagaflow::ParticipantConfig ConfigFrom(const ServiceFlags& flags, const std::string& name) {
+inline sagaflow::ParticipantConfig ConfigFrom(const ServiceFlags& flags) {
     sagaflow::ParticipantConfig config;
-    config.name = name;
+    config.name = flags.name;
     config.database_url = flags.db;
     config.schema = flags.schema;
     config.kafka_brokers = flags.brokers;

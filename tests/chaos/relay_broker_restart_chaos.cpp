@@ -14,36 +14,12 @@
 #include "outbox/writer.hpp"
 #include "store/migrations.hpp"
 #include "tests/support/kafka_read.hpp"
+#include "tests/support/own_services.hpp"
 #include "tests/support/services.hpp"
 
 using namespace sagaflow;
 
 namespace {
-
-// A broker of this test's own (the shared one must not be stopped under other tests).
-class OwnBroker {
-  public:
-    OwnBroker() {
-        const char* source = std::getenv("SAGAFLOW_SOURCE_DIR");
-        const char* services = std::getenv("SAGAFLOW_SERVICES_DIR");
-        const char* probe = std::getenv("SAGAFLOW_KAFKA_PROBE");
-        REQUIRE_MESSAGE((source && services && probe), "run this test through ctest");
-        script_ = std::string(source) + "/scripts/kafka/run";
-        state_ = std::string(services) + "/" + testing::UniqueName("kafka-restart");
-        REQUIRE(Run("start " + state_ + " --probe " + probe + " >/dev/null") == 0);
-        std::ifstream in(state_ + "/brokers");
-        std::getline(in, brokers_);
-    }
-    ~OwnBroker() { Run("stop " + state_); }
-    int Run(const std::string& args) const { return std::system((script_ + " " + args).c_str()); }
-    const std::string& Brokers() const { return brokers_; }
-    const std::string& State() const { return state_; }
-
-  private:
-    std::string script_;
-    std::string state_;
-    std::string brokers_;
-};
 
 long long Unpublished(pqxx::connection& conn) {
     pqxx::read_transaction tx{conn};
@@ -53,7 +29,7 @@ long long Unpublished(pqxx::connection& conn) {
 }  // namespace
 
 TEST_CASE("the broker stopped for 10 s mid-stream: the relay resumes by itself and loses nothing") {
-    OwnBroker broker;
+    testing::OwnBroker broker;
     testing::ScratchDatabase db;
     store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
     const std::string topic = "restart-stream";

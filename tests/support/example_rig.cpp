@@ -1,0 +1,164 @@
+#include "tests/support/example_rig.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+namespace sagaflow::testing {
+
+namespace {
+
+std::string Env(const char* name) {
+    const char* value = std::getenv(name);
+    if (value == nullptr)
+        throw std::runtime_error(std::string(name) + " is not set. Hint: run this test through ctest");
+    return value;
+}
+
+}  // namespace
+
+ExampleRig::ExampleRig(std::string brokers, std::string db_url) : brokers_(std::move(brokers)) {
+    if (db_url.empty()) {
+        scratch_ = std::make_unique<ScratchDatabase>();
+        db_url_ = scratch_->Url();
+    } else {
+        db_url_ = std::move(db_url);
+    }
+    suffix_ = UniqueName("x").substr(2);
+    order_ = "order-" + suffix_;
+    payment_ = "payment-" + suffix_;
+    replies_ = "replies-" + suffix_;
+    group_ = "engine-" + suffix_;
+    std::ifstream in(Env("SAGAFLOW_SOURCE_DIR") + "/sagas/order-payment.yaml");
+    std::stringstream text;
+    text << in.rdbuf();
+    yaml_ = std::regex_replace(text.str(), std::regex("participant: order"), "participant: " + order_);
+    yaml_ = std::regex_replace(yaml_, std::regex("participant: payment"), "participant: " + payment_);
+    logs_ = std::filesystem::temp_directory_path() / ("sagaflow-rig-" + suffix_);
+    std::filesystem::create_directories(logs_);
+    yaml_path_ = logs_ + "/order-payment.yaml";
+    std::ofstream(yaml_path_) << yaml_;
+    for (const auto& topic : {order_ + ".commands", payment_ + ".commands", replies_}) {
+        CreateTopic(brokers_, topic, 4);
+    }
+}
+
+ExampleRig::~ExampleRig() {
+    std::error_code ignored;
+    std::filesystem::remove_all(logs_, ignored);
+}
+
+ExampleRig::Process ExampleRig::SpawnEngine(const std::string& instance,
+                                            const std::vector<std::string>& env,
+                                            const std::vector<std::string>& extra) const {
+    std::vector<std::string> args{"run",
+                                  "--db",
+                                  db_url_,
+                                  "--brokers",
+                                  brokers_,
+                                  "--saga",
+                                  yaml_path_,
+                                  "--group",
+                                  group_,
+                                  "--replies-topic",
+                                  replies_,
+                                  "--instance",
+                                  instance,
+                                  "--static-membership",
+                                  "--consumer-property",
+                                  "session.timeout.ms=6000",
+                                  "--kafka-property",
+                                  "log_level=3"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<detail::ChildProcess>(SagaflowCli(), args, logs_ + "/" + instance + ".log", env);
+}
+
+ExampleRig::Process ExampleRig::SpawnRelay() const {
+    return std::make_unique<detail::ChildProcess>(
+        SagaflowCli(), std::vector<std::string>{"relay", "--db", db_url_, "--brokers", brokers_}, logs_ + "/relay.log");
+}
+
+namespace {
+
+ExampleRig::Process SpawnService(const std::string& binary,
+                                 const std::string& name,
+                                 const std::string& db_url,
+                                 const std::string& brokers,
+                                 const std::string& replies,
+                                 const std::string& log,
+                                 const std::vector<std::string>& env,
+                                 const std::vector<std::string>& extra) {
+    std::vector<std::string> args{"--db",
+                                  db_url,
+                                  "--brokers",
+                                  brokers,
+                                  "--name",
+                                  name,
+                                  "--replies-topic",
+                                  replies,
+                                  "--consumer-property",
+                                  "session.timeout.ms=6000",
+                                  "--consumer-property",
+                                  "group.instance.id=" + name + "-1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<detail::ChildProcess>(Env("SAGAFLOW_SERVICES_BIN") + "/" + binary, args, log, env);
+}
+
+}  // namespace
+
+ExampleRig::Process ExampleRig::SpawnOrderService(const std::vector<std::string>& env,
+                                                  const std::vector<std::string>& extra) const {
+    return SpawnService(
+        "sagaflow-order-service", order_, db_url_, brokers_, replies_, logs_ + "/order.log", env, extra);
+}
+
+ExampleRig::Process ExampleRig::SpawnPaymentService(const std::vector<std::string>& env,
+                                                    const std::vector<std::string>& extra) const {
+    return SpawnService(
+        "sagaflow-payment-service", payment_, db_url_, brokers_, replies_, logs_ + "/payment.log", env, extra);
+}
+
+std::unique_ptr<Engine> ExampleRig::FrontEnd() const {
+    EngineConfig config;
+    config.database_url = db_url_;
+    config.kafka_brokers = brokers_;
+    config.replies_topic = replies_;
+    config.consumer_group = group_;
+    config.process_sagas = false;
+    config.run_relay = false;
+    auto engine = std::make_unique<Engine>(config);
+    engine->RegisterDefinition(yaml_, "order-payment.yaml");
+    engine->Start();
+    return engine;
+}
+
+nlohmann::json ExampleRig::Input(const std::string& order_id, const std::string& amount) {
+    return {{"orderId", order_id}, {"customerId", 7}, {"amount", amount}};
+}
+
+long long ExampleRig::Open() const {
+    return Count(db_url_, "SELECT count(*) FROM saga_instance WHERE status IN ('running', 'compensating')");
+}
+
+bool ExampleRig::WaitQuiet(std::chrono::seconds timeout) const {
+    return WaitFor(
+        [&] {
+            return Open() == 0 &&
+                   Count(db_url_,
+                         "SELECT (SELECT count(*) FROM outbox WHERE published_at IS NULL) + (SELECT count(*) FROM "
+                         "orders.outbox WHERE published_at IS NULL) + (SELECT count(*) FROM payments.outbox WHERE "
+                         "published_at IS NULL)") == 0;
+        },
+        timeout);
+}
+
+AuditReport ExampleRig::Audit() const {
+    AuditOptions options;
+    options.db_url = db_url_;
+    options.participant_schemas = {"orders", "payments"};
+    options.payments_schema = "payments";
+    return AuditBlocking(options);
+}
+
+}  // namespace sagaflow::testing
