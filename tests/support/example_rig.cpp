@@ -7,17 +7,6 @@
 
 namespace sagaflow::testing {
 
-namespace {
-
-std::string Env(const char* name) {
-    const char* value = std::getenv(name);
-    if (value == nullptr)
-        throw std::runtime_error(std::string(name) + " is not set. Hint: run this test through ctest");
-    return value;
-}
-
-}  // namespace
-
 ExampleRig::ExampleRig(std::string brokers, std::string db_url) : brokers_(std::move(brokers)) {
     if (db_url.empty()) {
         scratch_ = std::make_unique<ScratchDatabase>();
@@ -30,7 +19,7 @@ ExampleRig::ExampleRig(std::string brokers, std::string db_url) : brokers_(std::
     payment_ = "payment-" + suffix_;
     replies_ = "replies-" + suffix_;
     group_ = "engine-" + suffix_;
-    std::ifstream in(Env("SAGAFLOW_SOURCE_DIR") + "/sagas/order-payment.yaml");
+    std::ifstream in(RequiredEnv("SAGAFLOW_SOURCE_DIR") + "/sagas/order-payment.yaml");
     std::stringstream text;
     text << in.rdbuf();
     yaml_ = std::regex_replace(text.str(), std::regex("participant: order"), "participant: " + order_);
@@ -102,7 +91,7 @@ ExampleRig::Process SpawnService(const std::string& binary,
                                   "--consumer-property",
                                   "group.instance.id=" + name + "-1"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<detail::ChildProcess>(Env("SAGAFLOW_SERVICES_BIN") + "/" + binary, args, log, env);
+    return std::make_unique<detail::ChildProcess>(RequiredEnv("SAGAFLOW_SERVICES_BIN") + "/" + binary, args, log, env);
 }
 
 }  // namespace

@@ -11,13 +11,6 @@
 namespace sagaflow::testing {
 namespace {
 
-std::string Env(const char* name) {
-    const char* value = std::getenv(name);
-    if (value == nullptr)
-        throw std::runtime_error(std::string(name) + " is not set. Hint: run this test through ctest");
-    return value;
-}
-
 std::string FirstLine(const std::string& path) {
     std::ifstream in(path);
     std::string line;
@@ -28,10 +21,10 @@ std::string FirstLine(const std::string& path) {
 }  // namespace
 
 OwnBroker::OwnBroker()
-    : script_(Env("SAGAFLOW_SOURCE_DIR") + "/scripts/kafka/run"),
-      state_(Env("SAGAFLOW_SERVICES_DIR") + "/" + UniqueName("kafka-own")) {
-    if (Run("start " + state_ + " --owner " + std::to_string(getpid()) + " --probe " + Env("SAGAFLOW_KAFKA_PROBE") +
-            " >/dev/null") != 0) {
+    : script_(RequiredEnv("SAGAFLOW_SOURCE_DIR") + "/scripts/kafka/run"),
+      state_(RequiredEnv("SAGAFLOW_SERVICES_DIR") + "/" + UniqueName("kafka-own")) {
+    if (Run("start " + state_ + " --owner " + std::to_string(getpid()) + " --probe " +
+            RequiredEnv("SAGAFLOW_KAFKA_PROBE") + " >/dev/null") != 0) {
         throw std::runtime_error("could not start a broker of this test's own; see the output above");
     }
     brokers_ = FirstLine(state_ + "/brokers");
@@ -46,8 +39,8 @@ int OwnBroker::Run(const std::string& args) const {
 }
 
 OwnPostgres::OwnPostgres()
-    : script_(Env("SAGAFLOW_SOURCE_DIR") + "/scripts/pg"),
-      state_(Env("SAGAFLOW_SERVICES_DIR") + "/" + UniqueName("pg-own")) {
+    : script_(RequiredEnv("SAGAFLOW_SOURCE_DIR") + "/scripts/pg"),
+      state_(RequiredEnv("SAGAFLOW_SERVICES_DIR") + "/" + UniqueName("pg-own")) {
     if (std::system((script_ + " start " + state_ + " --owner " + std::to_string(getpid()) + " >/dev/null").c_str()) !=
         0) {
         throw std::runtime_error("could not start a PostgreSQL of this test's own; see the output above");

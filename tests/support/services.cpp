@@ -92,12 +92,16 @@ bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
     return done();
 }
 
-std::string SagaflowCli() {
-    const char* cli = std::getenv("SAGAFLOW_CLI");
-    if (cli == nullptr || *cli == '\0') {
-        throw std::runtime_error("SAGAFLOW_CLI is not set. Hint: run this test through ctest");
+std::string RequiredEnv(const char* name) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') {
+        throw std::runtime_error(std::string(name) + " is not set. Hint: run this test through ctest");
     }
-    return cli;
+    return value;
+}
+
+std::string SagaflowCli() {
+    return RequiredEnv("SAGAFLOW_CLI");
 }
 
 void CreateTopic(const std::string& brokers, const std::string& topic, int partitions) {

@@ -47,6 +47,9 @@ long long Count(const std::string& url, const std::string& sql);
 // Polls `done` every 100 ms until it holds or `timeout` passes; returns its last answer.
 bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout);
 
+// The value of an environment variable ctest sets; throws naming the fix when it is missing.
+std::string RequiredEnv(const char* name);
+
 // The sagaflow CLI the tests run (SAGAFLOW_CLI, set by ctest); throws naming the fix when missing.
 std::string SagaflowCli();
 
