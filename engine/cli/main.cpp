@@ -123,6 +123,7 @@ struct RunFlags {
     std::string instance;
     bool no_relay = false;
     bool static_membership = false;
+    bool no_create_topics = false;
     std::vector<std::string> kafka_properties;
     std::vector<std::string> consumer_properties;
     std::string http;                      // ADDRESS:PORT
@@ -140,6 +141,7 @@ int RunEngine(const std::string& url, const RunFlags& flags) {
     config.instance_id = flags.instance;
     config.run_relay = !flags.no_relay;
     config.static_membership = flags.static_membership;
+    config.create_topics = !flags.no_create_topics;
     config.kafka_properties = sagaflow::outbox::ParseKafkaProperties(flags.kafka_properties);
     config.consumer_properties = sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties);
     if (!flags.http.empty()) {
@@ -239,6 +241,7 @@ int main(int argc, char** argv) {
                     run_flags.http_tokens,
                     "TOKEN=CLIENT: require bearer tokens (repeatable); clients named operator* may list and retry");
     run->add_option("--idempotency-ttl-hours", run_flags.idempotency_ttl_hours, "24 to 72")->capture_default_str();
+    run->add_flag("--no-create-topics", run_flags.no_create_topics, "the topics exist already (no admin rights, mock)");
     run->add_flag("--static-membership",
                   run_flags.static_membership,
                   "join the consumer group as --instance, so a restart gets its partitions back at once");

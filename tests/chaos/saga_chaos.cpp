@@ -1,8 +1,10 @@
 // The seeded chaos run: thousands of order-payment sagas through the engine, a separate relay and
-// both example services, on a PostgreSQL and a broker of the test's own, while a seeded schedule
-// SIGKILLs the engine, the relay and the participants, re-delivers published messages, stops the
-// broker, restarts PostgreSQL, and the payment provider is slower than the step timeout now and
-// then. Then it waits for quiescence and runs the audit. Replay a run exactly with its seed:
+// both example services, on a PostgreSQL of the test's own, while a seeded schedule SIGKILLs the
+// engine, the relay and the participants, rewinds consumer offsets, re-delivers published
+// messages, restarts PostgreSQL, and the payment provider is slower than the step timeout now and
+// then. On a real broker of its own the broker is also stopped and started; in the mock-cluster
+// variant produce requests fail instead. Then it waits for quiescence and runs the audit.
+// Replay a run's schedule with its seed:
 //   SAGAFLOW_CHAOS_SEED=<seed> SAGAFLOW_CHAOS_SAGAS=<n> ctest -R saga_chaos
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -14,6 +16,10 @@
 #include <thread>
 
 #include "outbox/detail/rdkafka.hpp"
+
+// rdkafka_mock.h needs rdkafka.h first.
+#include <librdkafka/rdkafka_mock.h>
+
 #include "tests/support/example_rig.hpp"
 #include "tests/support/own_services.hpp"
 
@@ -54,18 +60,122 @@ int Redeliver(const std::string& db_url, const std::string& brokers, const std::
     return produced;
 }
 
+// Moves the committed offsets of `group` on `topic` back by `back` per partition: its next
+// consumer re-reads those records (the group must have no live member: the caller killed it).
+// Returns how many records will be read again, or -1 if the broker refused.
+int Rewind(const std::string& brokers, const std::string& group, const std::string& topic, int back) {
+    using namespace outbox::detail;
+    auto consumer = MakeClient(RD_KAFKA_CONSUMER,
+                               MakeConf({{"bootstrap.servers", brokers},
+                                         {"group.id", group},
+                                         {"enable.auto.commit", "false"},
+                                         {"log_level", "0"}}));
+    TopicPartitionListPtr list{rd_kafka_topic_partition_list_new(4)};
+    for (int p = 0; p < 4; ++p) rd_kafka_topic_partition_list_add(list.get(), topic.c_str(), p);
+    if (rd_kafka_committed(consumer.get(), list.get(), 10'000) != RD_KAFKA_RESP_ERR_NO_ERROR) return -1;
+    int rewound = 0;
+    for (int i = 0; i < list->cnt; ++i) {
+        auto& tp = list->elems[i];
+        if (tp.offset <= 0) continue;
+        const auto to = std::max<std::int64_t>(0, tp.offset - back);
+        rewound += static_cast<int>(tp.offset - to);
+        tp.offset = to;
+    }
+    const auto err = rd_kafka_commit(consumer.get(), list.get(), 0);
+    rd_kafka_consumer_close(consumer.get());
+    return err == RD_KAFKA_RESP_ERR_NO_ERROR ? rewound : -1;
+}
+
+// Where the messages go: a broker of the test's own (stopped and started as a fault), or
+// librdkafka's mock cluster in this process (produce requests fail as a fault).
+class ChaosKafka {
+  public:
+    virtual ~ChaosKafka() = default;
+    virtual std::string Brokers() const = 0;
+    virtual void Prepare(const ExampleRig& rig) = 0;
+    // Injects this variant's Kafka fault; returns its name for the counts.
+    virtual std::string Fault(std::mt19937& rng) = 0;
+};
+
+class RealBroker : public ChaosKafka {
+  public:
+    std::string Brokers() const override { return broker_.Brokers(); }
+    void Prepare(const ExampleRig&) override {}
+    std::string Fault(std::mt19937& rng) override {
+        broker_.Run("halt " + broker_.State() + " >/dev/null");
+        std::this_thread::sleep_for(std::chrono::milliseconds(2000 + rng() % 2000));
+        broker_.Run("resume " + broker_.State() + " >/dev/null");
+        return "broker stops";
+    }
+
+  private:
+    testing::OwnBroker broker_;
+};
+
+class MockCluster : public ChaosKafka {
+  public:
+    MockCluster()
+        : host_(outbox::detail::MakeClient(RD_KAFKA_PRODUCER, outbox::detail::MakeConf({{"log_level", "0"}}))),
+          cluster_(rd_kafka_mock_cluster_new(host_.get(), 3)) {
+        REQUIRE(cluster_ != nullptr);
+        brokers_ = rd_kafka_mock_cluster_bootstraps(cluster_);
+    }
+    ~MockCluster() override { rd_kafka_mock_cluster_destroy(cluster_); }
+    std::string Brokers() const override { return brokers_; }
+    void Prepare(const ExampleRig& rig) override {
+        for (const auto& topic : {rig.OrderName() + ".commands", rig.PaymentName() + ".commands", rig.Replies()}) {
+            REQUIRE(rd_kafka_mock_topic_create(cluster_, topic.c_str(), 4, 3) == RD_KAFKA_RESP_ERR_NO_ERROR);
+        }
+    }
+    std::string Fault(std::mt19937& rng) override {
+        // The next produce requests, whoever sends them, fail with retriable errors.
+        constexpr std::int16_t kProduceApiKey = 0;
+        rd_kafka_mock_push_request_errors(cluster_,
+                                          kProduceApiKey,
+                                          6,
+                                          RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+                                          RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+                                          RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+                                          RD_KAFKA_RESP_ERR__TRANSPORT,
+                                          RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+                                          RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION);
+        static_cast<void>(rng);
+        return "produce error bursts";
+    }
+
+  private:
+    outbox::detail::ClientPtr host_;
+    rd_kafka_mock_cluster_t* cluster_;
+    std::string brokers_;
+};
+
+void RunChaos(ChaosKafka& kafka, int default_sagas);
+
 }  // namespace
 
-TEST_CASE("seeded chaos over the order-payment example: every guarantee holds afterwards") {
+TEST_CASE("seeded chaos on a real broker: every guarantee holds afterwards") {
+    RealBroker kafka;
+    RunChaos(kafka, 5000);
+}
+
+TEST_CASE("seeded chaos on the mock cluster with injected produce errors: every guarantee holds afterwards") {
+    MockCluster kafka;
+    RunChaos(kafka, 1000);
+}
+
+namespace {
+
+void RunChaos(ChaosKafka& kafka, int default_sagas) {
     const auto seed = static_cast<std::uint32_t>(
         EnvInt("SAGAFLOW_CHAOS_SEED", static_cast<int>(std::random_device{}() & 0x7fffffff)));
-    const int sagas = EnvInt("SAGAFLOW_CHAOS_SAGAS", 5000);
+    const int sagas = EnvInt("SAGAFLOW_CHAOS_SAGAS", default_sagas);
     std::cout << "chaos: seed " << seed << ", " << sagas << " sagas (replay: SAGAFLOW_CHAOS_SEED=" << seed
               << " SAGAFLOW_CHAOS_SAGAS=" << sagas << ")" << std::endl;
     std::mt19937 rng{seed};
     testing::OwnPostgres pg;
-    testing::OwnBroker broker;
-    ExampleRig rig{broker.Brokers(), pg.Url()};
+    const bool mock = dynamic_cast<MockCluster*>(&kafka) != nullptr;
+    ExampleRig rig{kafka.Brokers(), pg.Url(), !mock};
+    kafka.Prepare(rig);
 
     auto engine = rig.SpawnEngine("engine-1", {}, {"--no-relay"});
     auto relay = rig.SpawnRelay();
@@ -105,7 +215,7 @@ TEST_CASE("seeded chaos over the order-payment example: every guarantee holds af
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         respawn_dead();
         if (std::chrono::steady_clock::now() >= next_fault) {
-            switch (rng() % 7) {
+            switch (rng() % 8) {
                 case 0:
                     engine->KillAndWait(SIGKILL);
                     ++faults["kill engine"];
@@ -132,13 +242,27 @@ TEST_CASE("seeded chaos over the order-payment example: every guarantee holds af
                     ++faults["redelivery bursts"];
                     break;
                 }
-                case 5:
-                    broker.Run("halt " + broker.State() + " >/dev/null");
-                    std::this_thread::sleep_for(std::chrono::milliseconds(2000 + rng() % 2000));
-                    broker.Run("resume " + broker.State() + " >/dev/null");
-                    ++faults["broker stops"];
+                case 5: {
+                    // Rewind a consumer group: kill its consumer, wait until the group has no live
+                    // member (session timeout 6 s), move its offsets back, restart it.
+                    const int which = static_cast<int>(rng() % 2);
+                    auto& victim = which == 0 ? order : payment;
+                    const std::string name = which == 0 ? rig.OrderName() : rig.PaymentName();
+                    victim->KillAndWait(SIGKILL);
+                    std::this_thread::sleep_for(std::chrono::seconds(7));
+                    const int rewound = Rewind(rig.Brokers(), "sagaflow-participant-" + name, name + ".commands", 40);
+                    if (rewound >= 0) {
+                        ++faults["offset rewinds"];
+                        faults["messages rewound"] += rewound;
+                    } else {
+                        ++faults["offset rewinds refused"];
+                    }
                     break;
+                }
                 case 6:
+                    ++faults[kafka.Fault(rng)];
+                    break;
+                case 7:
                     pg.Restart();
                     ++faults["postgresql restarts"];
                     break;
@@ -148,7 +272,7 @@ TEST_CASE("seeded chaos over the order-payment example: every guarantee holds af
         if (std::chrono::steady_clock::now() - last_report > std::chrono::seconds(10)) {
             last_report = std::chrono::steady_clock::now();
             int injected = 0;
-            for (const auto& [kind, count] : faults) injected += kind == "messages redelivered" ? 0 : count;
+            for (const auto& [kind, count] : faults) injected += kind.rfind("messages", 0) == 0 ? 0 : count;
             std::cout << "chaos: " << started << "/" << sagas << " started, " << injected << " faults so far"
                       << std::endl;
         }
@@ -186,3 +310,5 @@ TEST_CASE("seeded chaos over the order-payment example: every guarantee holds af
     order->KillAndWait(SIGTERM);
     payment->KillAndWait(SIGTERM);
 }
+
+}  // namespace

@@ -7,7 +7,8 @@
 
 namespace sagaflow::testing {
 
-ExampleRig::ExampleRig(std::string brokers, std::string db_url) : brokers_(std::move(brokers)) {
+ExampleRig::ExampleRig(std::string brokers, std::string db_url, bool create_topics)
+    : brokers_(std::move(brokers)), create_topics_(create_topics) {
     if (db_url.empty()) {
         scratch_ = std::make_unique<ScratchDatabase>();
         db_url_ = scratch_->Url();
@@ -28,8 +29,10 @@ ExampleRig::ExampleRig(std::string brokers, std::string db_url) : brokers_(std::
     std::filesystem::create_directories(logs_);
     yaml_path_ = logs_ + "/order-payment.yaml";
     std::ofstream(yaml_path_) << yaml_;
-    for (const auto& topic : {order_ + ".commands", payment_ + ".commands", replies_}) {
-        CreateTopic(brokers_, topic, 4);
+    if (create_topics_) {
+        for (const auto& topic : {order_ + ".commands", payment_ + ".commands", replies_}) {
+            CreateTopic(brokers_, topic, 4);
+        }
     }
 }
 
@@ -59,6 +62,7 @@ ExampleRig::Process ExampleRig::SpawnEngine(const std::string& instance,
                                   "session.timeout.ms=6000",
                                   "--kafka-property",
                                   "log_level=3"};
+    if (!create_topics_) args.emplace_back("--no-create-topics");
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<detail::ChildProcess>(SagaflowCli(), args, logs_ + "/" + instance + ".log", env);
 }
@@ -71,6 +75,7 @@ ExampleRig::Process ExampleRig::SpawnRelay() const {
 namespace {
 
 ExampleRig::Process SpawnService(const std::string& binary,
+                                 bool create_topics,
                                  const std::string& name,
                                  const std::string& db_url,
                                  const std::string& brokers,
@@ -90,6 +95,7 @@ ExampleRig::Process SpawnService(const std::string& binary,
                                   "session.timeout.ms=6000",
                                   "--consumer-property",
                                   "group.instance.id=" + name + "-1"};
+    if (!create_topics) args.emplace_back("--no-create-topics");
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<detail::ChildProcess>(RequiredEnv("SAGAFLOW_SERVICES_BIN") + "/" + binary, args, log, env);
 }
@@ -98,14 +104,28 @@ ExampleRig::Process SpawnService(const std::string& binary,
 
 ExampleRig::Process ExampleRig::SpawnOrderService(const std::vector<std::string>& env,
                                                   const std::vector<std::string>& extra) const {
-    return SpawnService(
-        "sagaflow-order-service", order_, db_url_, brokers_, replies_, logs_ + "/order.log", env, extra);
+    return SpawnService("sagaflow-order-service",
+                        create_topics_,
+                        order_,
+                        db_url_,
+                        brokers_,
+                        replies_,
+                        logs_ + "/order.log",
+                        env,
+                        extra);
 }
 
 ExampleRig::Process ExampleRig::SpawnPaymentService(const std::vector<std::string>& env,
                                                     const std::vector<std::string>& extra) const {
-    return SpawnService(
-        "sagaflow-payment-service", payment_, db_url_, brokers_, replies_, logs_ + "/payment.log", env, extra);
+    return SpawnService("sagaflow-payment-service",
+                        create_topics_,
+                        payment_,
+                        db_url_,
+                        brokers_,
+                        replies_,
+                        logs_ + "/payment.log",
+                        env,
+                        extra);
 }
 
 std::unique_ptr<Engine> ExampleRig::FrontEnd() const {
@@ -116,6 +136,7 @@ std::unique_ptr<Engine> ExampleRig::FrontEnd() const {
     config.consumer_group = group_;
     config.process_sagas = false;
     config.run_relay = false;
+    config.create_topics = false;
     auto engine = std::make_unique<Engine>(config);
     engine->RegisterDefinition(yaml_, "order-payment.yaml");
     engine->Start();

@@ -18,7 +18,9 @@ namespace sagaflow::testing {
 
 class ExampleRig {
   public:
-    explicit ExampleRig(std::string brokers = KafkaBrokers(), std::string db_url = {});
+    // `create_topics` false: the caller creates them (a mock cluster has no admin API) and the
+    // processes are told not to.
+    explicit ExampleRig(std::string brokers = KafkaBrokers(), std::string db_url = {}, bool create_topics = true);
     ~ExampleRig();
     ExampleRig(const ExampleRig&) = delete;
     ExampleRig& operator=(const ExampleRig&) = delete;
@@ -48,6 +50,7 @@ class ExampleRig {
     const std::string& OrderName() const { return order_; }
     const std::string& PaymentName() const { return payment_; }
     const std::string& Replies() const { return replies_; }
+    const std::string& EngineGroup() const { return group_; }
     const std::string& LogDir() const { return logs_; }
 
   private:
@@ -59,6 +62,7 @@ class ExampleRig {
     std::string yaml_;
     std::string yaml_path_;
     std::string logs_;
+    bool create_topics_ = true;
 };
 
 }  // namespace sagaflow::testing
