@@ -1,0 +1,301 @@
+// End-to-end saga throughput and latency: order-payment sagas through the engine (`sagaflow run`)
+// and both example services, real PostgreSQL and Kafka, durability on. Beside it, in the same run,
+// the limit: pgbench single-row-insert commits/s at 16 clients on the same PostgreSQL.
+//
+//   saga_bench DB_URL BROKERS --json OUT --cli SAGAFLOW --services-dir DIR --saga FILE
+//              [--seconds S] [--inflight N] [--pgbench PATH]
+//
+// Closed loop first (N sagas kept in flight: the maximum), then open loop at 25 %, 50 % and 75 %
+// of that maximum. Latency is start-to-terminal from the database's own timestamps
+// (saga_instance.created_at .. updated_at of the terminal write). CPU seconds per saga and RSS come
+// from /proc for every process.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <pqxx/pqxx>
+#include <sstream>
+#include <thread>
+
+#include <atomic>
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include "engine/detail/child_process.hpp"
+#include "engine/engine.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using sagaflow::detail::ChildProcess;
+
+struct Args {
+    std::string db, brokers, json, cli, services, saga, pgbench = "/usr/lib/postgresql/15/bin/pgbench";
+    int seconds = 15;
+    int inflight = 64;
+};
+
+struct Usage {
+    double cpu_seconds = 0;
+    long rss_kb = 0;
+};
+
+Usage Measure(pid_t pid) {
+    Usage u;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');
+    if (close != std::string::npos) {
+        std::istringstream rest(text.substr(close + 2));
+        std::string field;
+        unsigned long long utime = 0, stime = 0;
+        for (int i = 3; i <= 15 && rest >> field; ++i) {
+            if (i == 14) utime = std::stoull(field);
+            if (i == 15) stime = std::stoull(field);
+        }
+        u.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    }
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+        if (line.rfind("VmRSS:", 0) == 0) u.rss_kb = std::stol(line.substr(6));
+    }
+    return u;
+}
+
+// pgbench: single-row inserts, 16 clients, 10 s, on the same server. Returns commits/s.
+double PgbenchInserts(const Args& a) {
+    {
+        pqxx::connection conn{a.db};
+        pqxx::work tx{conn};
+        tx.exec("CREATE TABLE IF NOT EXISTS bench_insert (id bigserial PRIMARY KEY, v int NOT NULL)");
+        tx.commit();
+    }
+    const std::string script = "/tmp/sagaflow-pgbench-" + std::to_string(getpid()) + ".sql";
+    std::ofstream(script) << "INSERT INTO bench_insert (v) VALUES (1);\n";
+    const std::string command = a.pgbench + " -n -c 16 -j 2 -T 10 -f " + script + " '" + a.db + "' 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    std::string out;
+    std::array<char, 512> buffer{};
+    while (pipe != nullptr && fgets(buffer.data(), buffer.size(), pipe) != nullptr) out += buffer.data();
+    if (pipe != nullptr) pclose(pipe);
+    std::remove(script.c_str());
+    const auto at = out.find("tps = ");
+    if (at == std::string::npos) throw std::runtime_error("pgbench gave no tps:\n" + out);
+    return std::stod(out.substr(at + 6));
+}
+
+struct Phase {
+    std::string name;
+    double offered_rate = 0;  // 0: closed loop
+    int started = 0;
+    double seconds = 0;
+    double completed_per_second = 0;
+    double p50_ms = 0, p95_ms = 0, p99_ms = 0;
+};
+
+// Start-to-terminal latency percentiles of the sagas whose key starts with `prefix`.
+void Latencies(pqxx::connection& conn, const std::string& prefix, Phase& phase) {
+    pqxx::read_transaction tx{conn};
+    const auto row = tx.exec_params1(
+        "SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0), coalesce(percentile_cont(0.95) WITHIN "
+        "GROUP (ORDER BY ms), 0), coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0) FROM (SELECT "
+        "extract(epoch FROM updated_at - created_at) * 1000 AS ms FROM saga_instance WHERE idempotency_key LIKE $1 "
+        "AND status IN ('completed', 'compensated', 'failed')) d",
+        prefix + "%");
+    phase.p50_ms = row[0].as<double>();
+    phase.p95_ms = row[1].as<double>();
+    phase.p99_ms = row[2].as<double>();
+}
+
+long long Terminal(pqxx::connection& conn, const std::string& prefix) {
+    pqxx::read_transaction tx{conn};
+    return tx.exec_params1("SELECT count(*) FROM saga_instance WHERE idempotency_key LIKE $1 AND status IN "
+                           "('completed', 'compensated', 'failed')",
+                           prefix + "%")[0]
+        .as<long long>();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 3) {
+        std::cerr << "usage: saga_bench DB_URL BROKERS --json OUT --cli SAGAFLOW --services-dir DIR --saga FILE\n";
+        return 2;
+    }
+    Args a;
+    a.db = argv[1];
+    a.brokers = argv[2];
+    for (int i = 3; i + 1 < argc; i += 2) {
+        const std::string k = argv[i], v = argv[i + 1];
+        if (k == "--json") a.json = v;
+        else if (k == "--cli") a.cli = v;
+        else if (k == "--services-dir") a.services = v;
+        else if (k == "--saga") a.saga = v;
+        else if (k == "--seconds") a.seconds = std::stoi(v);
+        else if (k == "--inflight") a.inflight = std::stoi(v);
+        else if (k == "--pgbench") a.pgbench = v;
+    }
+    std::cerr << "saga_bench: pgbench single-row inserts, 16 clients, 10 s ..." << std::endl;
+    const double limit = PgbenchInserts(a);
+    std::cerr << "saga_bench: limit " << limit << " commits/s" << std::endl;
+
+    const std::string logs = "/tmp/sagaflow-saga-bench-" + std::to_string(getpid());
+    std::filesystem::create_directories(logs);
+    ChildProcess engine_process{a.cli,
+                                {"run", "--db", a.db, "--brokers", a.brokers, "--saga", a.saga, "--kafka-property",
+                                 "log_level=3"},
+                                logs + "/engine.log"};
+    const std::vector<std::string> common{"--db", a.db, "--brokers", a.brokers};
+    auto order_args = common;
+    ChildProcess order{a.services + "/sagaflow-order-service", order_args, logs + "/order.log"};
+    auto payment_args = common;
+    payment_args.insert(payment_args.end(), {"--limit", "1000000"});
+    ChildProcess payment{a.services + "/sagaflow-payment-service", payment_args, logs + "/payment.log"};
+
+    sagaflow::EngineConfig config;
+    config.database_url = a.db;
+    config.kafka_brokers = a.brokers;
+    config.process_sagas = false;
+    config.run_relay = false;
+    config.create_topics = false;
+    config.database_pool_size = 8;
+    sagaflow::Engine front{config};
+    front.RegisterDefinitionFile(a.saga);
+    front.Start();
+    pqxx::connection conn{a.db};
+
+    // Starts run on 8 threads, so the driver is never the bottleneck (a start is one transaction).
+    std::atomic<int> serial{0};
+    boost::asio::thread_pool starters{8};
+    std::atomic<int> pending{0};
+    const auto start_one = [&](const std::string& prefix) {
+        ++pending;
+        boost::asio::post(starters, [&, prefix] {
+            const std::string id = prefix + std::to_string(serial++);
+            front.StartSaga("order-payment", {{"orderId", id}, {"customerId", 7}, {"amount", "10.00"}}, id);
+            --pending;
+        });
+    };
+    // Warm up: every process connected, every topic's partitions assigned.
+    for (int i = 0; i < 50; ++i) start_one("warm-");
+    while (pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const auto warm_deadline = Clock::now() + std::chrono::seconds(120);
+    while (Terminal(conn, "warm-") < 50 && Clock::now() < warm_deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    std::cerr << "saga_bench: warmed up" << std::endl;
+
+    std::map<std::string, pid_t> pids{{"engine", engine_process.Pid()},
+                                      {"order-service", order.Pid()},
+                                      {"payment-service", payment.Pid()},
+                                      {"bench-front-end", getpid()}};
+    std::map<std::string, Usage> before;
+    for (const auto& [name, pid] : pids) before[name] = Measure(pid);
+
+    std::vector<Phase> phases;
+    // Closed loop: keep `inflight` sagas open.
+    {
+        Phase p;
+        p.name = "closed-loop";
+        const std::string prefix = "closed-";
+        const auto t0 = Clock::now();
+        const auto end = t0 + std::chrono::seconds(a.seconds);
+        long long done = 0;
+        while (Clock::now() < end) {
+            done = Terminal(conn, prefix);
+            const long long open = p.started - done;
+            for (long long k = open; k < a.inflight; ++k, ++p.started) start_one(prefix);
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        const long long at_end = Terminal(conn, prefix);
+        p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        while (pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        p.completed_per_second = static_cast<double>(at_end) / p.seconds;
+        while (Terminal(conn, prefix) < p.started && Clock::now() < end + std::chrono::seconds(60)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        Latencies(conn, prefix, p);
+        phases.push_back(p);
+        std::cerr << "saga_bench: closed loop " << p.completed_per_second << " sagas/s, p99 " << p.p99_ms << " ms"
+                  << std::endl;
+    }
+    std::map<std::string, Usage> after_closed;
+    for (const auto& [name, pid] : pids) after_closed[name] = Measure(pid);
+    const int closed_completed = phases[0].started;
+
+    // Open loop at fractions of the maximum.
+    for (const double fraction : {0.25, 0.5, 0.75}) {
+        Phase p;
+        p.offered_rate = std::max(1.0, phases[0].completed_per_second * fraction);
+        p.name = "open-" + std::to_string(static_cast<int>(fraction * 100)) + "%";
+        const std::string prefix = "open" + std::to_string(static_cast<int>(fraction * 100)) + "-";
+        const auto t0 = Clock::now();
+        const auto end = t0 + std::chrono::seconds(a.seconds);
+        while (Clock::now() < end) {
+            const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+            while (p.started < static_cast<int>(elapsed * p.offered_rate)) {
+                start_one(prefix);
+                ++p.started;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        while (pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        while (Terminal(conn, prefix) < p.started && Clock::now() < end + std::chrono::seconds(60)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        p.completed_per_second = static_cast<double>(Terminal(conn, prefix)) / p.seconds;
+        Latencies(conn, prefix, p);
+        phases.push_back(p);
+        std::cerr << "saga_bench: " << p.name << " offered " << p.offered_rate << "/s, p99 " << p.p99_ms << " ms"
+                  << std::endl;
+    }
+
+    nlohmann::json out{{"benchmark", "saga"},
+                       {"limit_pgbench_insert_commits_per_second", limit},
+                       {"ratio_sagas_per_commit", phases[0].completed_per_second / limit},
+                       {"seconds_per_phase", a.seconds},
+                       {"inflight", a.inflight},
+                       {"phases", nlohmann::json::array()},
+                       {"processes", nlohmann::json::object()}};
+    for (const auto& p : phases) {
+        out["phases"].push_back({{"name", p.name},
+                                 {"offered_rate", p.offered_rate},
+                                 {"started", p.started},
+                                 {"completed_per_second", p.completed_per_second},
+                                 {"p50_ms", p.p50_ms},
+                                 {"p95_ms", p.p95_ms},
+                                 {"p99_ms", p.p99_ms}});
+    }
+    for (const auto& [name, pid] : pids) {
+        out["processes"][name] = {
+            {"cpu_seconds_per_saga_closed_loop",
+             (after_closed[name].cpu_seconds - before[name].cpu_seconds) / std::max(1, closed_completed)},
+            {"rss_kb_start", before[name].rss_kb},
+            {"rss_kb_end", Measure(pid).rss_kb}};
+    }
+    {
+        pqxx::read_transaction tx{conn};
+        out["settings"] = {{"fsync", tx.exec1("SHOW fsync")[0].as<std::string>()},
+                           {"synchronous_commit", tx.exec1("SHOW synchronous_commit")[0].as<std::string>()},
+                           {"acks", "all (enforced by the relay)"}};
+    }
+    std::ofstream(a.json) << out.dump(2) << "\n";
+    std::cout << out.dump(2) << std::endl;
+    starters.join();
+    front.Stop();
+    order.KillAndWait(SIGTERM);
+    payment.KillAndWait(SIGTERM);
+    engine_process.KillAndWait(SIGTERM);
+    std::filesystem::remove_all(logs);
+    return 0;
+}
