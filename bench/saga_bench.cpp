@@ -118,9 +118,11 @@ void Latencies(pqxx::connection& conn, const std::string& prefix, Phase& phase) 
 
 long long Terminal(pqxx::connection& conn, const std::string& prefix) {
     pqxx::read_transaction tx{conn};
-    return tx.exec_params1("SELECT count(*) FROM saga_instance WHERE idempotency_key LIKE $1 AND status IN "
-                           "('completed', 'compensated', 'failed')",
-                           prefix + "%")[0]
+    return tx
+        .exec_params1(
+            "SELECT count(*) FROM saga_instance WHERE idempotency_key LIKE $1 AND status IN "
+            "('completed', 'compensated', 'failed')",
+            prefix + "%")[0]
         .as<long long>();
 }
 
@@ -136,13 +138,20 @@ int main(int argc, char** argv) {
     a.brokers = argv[2];
     for (int i = 3; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--json") a.json = v;
-        else if (k == "--cli") a.cli = v;
-        else if (k == "--services-dir") a.services = v;
-        else if (k == "--saga") a.saga = v;
-        else if (k == "--seconds") a.seconds = std::stoi(v);
-        else if (k == "--inflight") a.inflight = std::stoi(v);
-        else if (k == "--pgbench") a.pgbench = v;
+        if (k == "--json")
+            a.json = v;
+        else if (k == "--cli")
+            a.cli = v;
+        else if (k == "--services-dir")
+            a.services = v;
+        else if (k == "--saga")
+            a.saga = v;
+        else if (k == "--seconds")
+            a.seconds = std::stoi(v);
+        else if (k == "--inflight")
+            a.inflight = std::stoi(v);
+        else if (k == "--pgbench")
+            a.pgbench = v;
     }
     std::cerr << "saga_bench: pgbench single-row inserts, 16 clients, 10 s ..." << std::endl;
     const double limit = PgbenchInserts(a);
@@ -150,10 +159,10 @@ int main(int argc, char** argv) {
 
     const std::string logs = "/tmp/sagaflow-saga-bench-" + std::to_string(getpid());
     std::filesystem::create_directories(logs);
-    ChildProcess engine_process{a.cli,
-                                {"run", "--db", a.db, "--brokers", a.brokers, "--saga", a.saga, "--kafka-property",
-                                 "log_level=3"},
-                                logs + "/engine.log"};
+    ChildProcess engine_process{
+        a.cli,
+        {"run", "--db", a.db, "--brokers", a.brokers, "--saga", a.saga, "--kafka-property", "log_level=3"},
+        logs + "/engine.log"};
     const std::vector<std::string> common{"--db", a.db, "--brokers", a.brokers};
     auto order_args = common;
     ChildProcess order{a.services + "/sagaflow-order-service", order_args, logs + "/order.log"};

@@ -88,16 +88,17 @@ class Consumer::Impl {
     }
 
   private:
+    // Waits (up to 100 ms) for the first record, then takes what is already there, up to
+    // batch_size records or batch_wait of time: a batch never waits for records that have not
+    // arrived, so a quiet consumer adds no latency and a busy one still batches.
     std::vector<Record> PollBatch() {
         std::vector<Record> batch;
-        const auto deadline = std::chrono::steady_clock::now() + options_.batch_wait;
+        std::chrono::steady_clock::time_point deadline{};
         int timeout_ms = 100;
         while (static_cast<int>(batch.size()) < options_.batch_size) {
             detail::MessagePtr message{rd_kafka_consumer_poll(consumer_.get(), timeout_ms)};
-            if (!message) {
-                if (batch.empty() || std::chrono::steady_clock::now() >= deadline) break;
-                continue;
-            }
+            if (!message) break;  // nothing more now (or nothing at all within 100 ms)
+            if (timeout_ms != 0) deadline = std::chrono::steady_clock::now() + options_.batch_wait;
             timeout_ms = 0;
             if (message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) continue;
             if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -259,8 +260,9 @@ class Consumer::Impl {
 
     void CommitOffsets(const std::vector<Record>& batch) {
         const auto list = BatchOffsets(batch, Edge::kNext);
-        if (const auto err = rd_kafka_commit(consumer_.get(), list.get(), 0); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            // Applied in the database already: a redelivery is dropped by the inbox.
+        // Asynchronous: the batch is applied in the database already, so a commit that is lost (a
+        // crash right now) only means a redelivery, which the inbox drops.
+        if (const auto err = rd_kafka_commit(consumer_.get(), list.get(), 1); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             spdlog::warn("consumer {}: offset commit failed: {}", options_.group_id, detail::ErrorText(err));
         }
     }

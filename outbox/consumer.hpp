@@ -48,7 +48,7 @@ struct ConsumerOptions {
     std::string inbox_name;  // processed_event.consumer_name
     KafkaProperties properties;
     int batch_size = 200;
-    std::chrono::milliseconds batch_wait{20};
+    std::chrono::milliseconds batch_wait{20};  // at most this long filling a batch from records already there
     int max_handler_attempts = 5;
     // Called, inside the transaction, for a delivery the inbox dropped as a duplicate: a participant
     // answers a resent command with its stored reply again. Optional.
