@@ -327,9 +327,9 @@ class Engine::Impl {
             saga.saga_type = type;
             saga.definition_hash = definition->hash;
             saga.input = input;
-            detail::RecordEvent(tx, saga_id, "started", {}, {}, 0, {}, {{"version", definition->version}});
             const auto decision = machine::Decide(*definition, saga.state, machine::Begin{});
-            const auto effects = PersistLocked(tx, *definition, saga, decision);
+            const auto effects = PersistLocked(
+                tx, *definition, saga, decision, {{"started", {}, {}, 0, {}, {{"version", definition->version}}}});
             next_timer = effects.next_timer;
             r.status = StartResult::Status::kStarted;
             r.saga_id = saga_id;
@@ -513,11 +513,12 @@ class Engine::Impl {
     detail::Effects PersistLocked(pqxx::transaction_base& tx,
                                   const SagaDefinition& definition,
                                   const LoadedSaga& saga,
-                                  const machine::Decision& decision) {
+                                  const machine::Decision& decision,
+                                  std::vector<detail::TimelineRow> timeline = {}) {
         detail::Effects effects;
         {
             std::lock_guard lock(rng_mutex_);
-            effects = detail::Persist(tx, definition, saga, decision, source_, rng_);
+            effects = detail::Persist(tx, definition, saga, decision, source_, rng_, std::move(timeline));
         }
         if (!effects.step_latencies.empty()) {
             std::lock_guard lock(latency_mutex_);
@@ -574,16 +575,11 @@ class Engine::Impl {
         const auto definition = Definition(tx, saga->saga_type, saga->definition_hash);
         const machine::StepPhaseState* current = saga->state.Find(e.step_name, *phase);
         if (current != nullptr && !e.correlation_id.empty()) {
-            const auto command = tx.exec_params(
-                "SELECT command_event_id::text FROM saga_step WHERE saga_id = $1::uuid AND step_name = $2 AND phase = "
-                "$3",
-                saga->saga_id,
-                e.step_name,
-                e.phase);
-            if (!command.empty() && command[0][0].as<std::string>() != e.correlation_id) {
-                return ignore(saga->saga_id,
-                              "the reply answers event " + e.correlation_id + ", not this phase's command " +
-                                  command[0][0].as<std::string>());
+            const auto command = saga->command_ids.find({e.step_name, e.phase});
+            if (command != saga->command_ids.end() && command->second != e.correlation_id) {
+                return ignore(
+                    saga->saga_id,
+                    "the reply answers event " + e.correlation_id + ", not this phase's command " + command->second);
             }
         }
         machine::Reply reply;
@@ -594,9 +590,12 @@ class Engine::Impl {
         reply.data = e.data;
         const auto decision = machine::Decide(*definition, saga->state, reply);
         if (!decision.ignored.empty()) return ignore(saga->saga_id, decision.ignored);
-        detail::RecordEvent(
-            tx, saga->saga_id, "reply", e.step_name, e.phase, reply.attempt, e.id, {{"outcome", outcome_text}});
-        const auto effects = PersistLocked(tx, *definition, *saga, decision);
+        const auto effects =
+            PersistLocked(tx,
+                          *definition,
+                          *saga,
+                          decision,
+                          {{"reply", e.step_name, e.phase, reply.attempt, e.id, {{"outcome", outcome_text}}}});
         ++counters_.replies_applied;
         Poke(effects.next_timer);
     }
@@ -694,17 +693,12 @@ class Engine::Impl {
         if (timer.retry) event = machine::RetryDue{timer.step_name, timer.phase, timer.attempt + 1};
         const auto decision = machine::Decide(*definition, saga->state, event);
         if (!decision.ignored.empty()) return false;  // another engine fired it first
+        std::vector<detail::TimelineRow> timeline;
         if (!timer.retry) {
-            detail::RecordEvent(tx,
-                                saga->saga_id,
-                                "timeout",
-                                timer.step_name,
-                                std::string(machine::ToString(timer.phase)),
-                                timer.attempt,
-                                {},
-                                {});
+            timeline.push_back(
+                {"timeout", timer.step_name, std::string(machine::ToString(timer.phase)), timer.attempt, {}, {}});
         }
-        PersistLocked(tx, *definition, *saga, decision);
+        PersistLocked(tx, *definition, *saga, decision, std::move(timeline));
         tx.commit();
         ++counters_.timers_fired;
         return true;

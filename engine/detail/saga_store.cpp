@@ -1,5 +1,7 @@
 #include "engine/detail/saga_store.hpp"
 
+#include <fmt/format.h>
+
 #include <pqxx/pqxx>
 
 #include "outbox/uuid.hpp"
@@ -107,8 +109,8 @@ std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string
     saga.state.data = ParseJson(rows[0][5]);
     saga.state.parked_reason = rows[0][6].as<std::string>();
     const auto steps = tx.exec_params(
-        "SELECT step_name, phase, status, attempt, reply::text, next_attempt_at IS NOT NULL FROM saga_step "
-        "WHERE saga_id = $1::uuid ORDER BY dispatched_at, phase",
+        "SELECT step_name, phase, status, attempt, reply::text, next_attempt_at IS NOT NULL, "
+        "command_event_id::text FROM saga_step WHERE saga_id = $1::uuid ORDER BY dispatched_at, phase",
         saga_id);
     for (const auto& row : steps) {
         machine::StepPhaseState phase;
@@ -118,9 +120,43 @@ std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string
         phase.attempt = row[3].as<int>();
         phase.reply = ParseJson(row[4]);
         phase.awaiting_retry = row[5].as<bool>();
+        saga.command_ids[{phase.step_name, row[1].as<std::string>()}] = row[6].as<std::string>();
         saga.state.phases.push_back(std::move(phase));
     }
     return saga;
+}
+
+void RecordEvents(pqxx::transaction_base& tx, const std::string& saga_id, const std::vector<TimelineRow>& rows) {
+    if (rows.empty()) return;
+    // One multi-row INSERT: 7 parameters per row. libpqxx 6.4 binds a null const char* as NULL.
+    std::vector<std::string> texts;
+    texts.reserve(rows.size() * 3);
+    std::vector<const char*> params;
+    params.reserve(rows.size() * 7);
+    std::string sql = "INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) VALUES ";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+        const auto& r = rows[i];
+        const std::size_t base = i * 7;
+        sql += fmt::format("{}(${}::uuid, ${}, ${}, ${}, ${}::int, ${}::uuid, ${}::jsonb)",
+                           i == 0 ? "" : ", ",
+                           base + 1,
+                           base + 2,
+                           base + 3,
+                           base + 4,
+                           base + 5,
+                           base + 6,
+                           base + 7);
+        texts.push_back(r.attempt > 0 ? std::to_string(r.attempt) : std::string());
+        texts.push_back(r.detail.is_null() ? std::string("{}") : r.detail.dump());
+        params.push_back(Nullable(saga_id));
+        params.push_back(r.kind.c_str());
+        params.push_back(Nullable(r.step_name));
+        params.push_back(Nullable(r.phase));
+        params.push_back(Nullable(texts[texts.size() - 2]));
+        params.push_back(Nullable(r.event_id));
+        params.push_back(texts.back().c_str());
+    }
+    tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
 }
 
 void RecordEvent(pqxx::transaction_base& tx,
@@ -131,17 +167,7 @@ void RecordEvent(pqxx::transaction_base& tx,
                  int attempt,
                  const std::string& event_id,
                  const nlohmann::json& detail) {
-    const std::string attempt_text = attempt > 0 ? std::to_string(attempt) : std::string();
-    tx.exec_params(
-        "INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
-        "VALUES ($1::uuid, $2, $3, $4, $5, $6::uuid, $7::jsonb)",
-        Nullable(saga_id),
-        kind,
-        Nullable(step_name),
-        Nullable(phase),
-        Nullable(attempt_text),
-        Nullable(event_id),
-        detail.is_null() ? std::string("{}") : detail.dump());
+    RecordEvents(tx, saga_id, {{kind, step_name, phase, attempt, event_id, detail}});
 }
 
 Effects Persist(pqxx::transaction_base& tx,
@@ -149,7 +175,8 @@ Effects Persist(pqxx::transaction_base& tx,
                 const LoadedSaga& saga,
                 const machine::Decision& decision,
                 const std::string& event_source,
-                std::mt19937_64& rng) {
+                std::mt19937_64& rng,
+                std::vector<TimelineRow> timeline) {
     const machine::SagaState& next = decision.state;
     Effects effects;
 
@@ -209,7 +236,7 @@ Effects Persist(pqxx::transaction_base& tx,
                     timeout_ms);
                 if (inserted.empty()) continue;  // dispatched before: never twice
                 outbox::Enqueue(tx, step->CommandTopic(), saga.saga_id, event);
-                RecordEvent(tx, saga.saga_id, "dispatched", step->name, phase_text, 1, event.id, {{"type", spec.type}});
+                timeline.push_back({"dispatched", step->name, phase_text, 1, event.id, {{"type", spec.type}}});
             } else {
                 // A resend: the same row, the same event id, the same bytes.
                 const auto row = tx.exec_params(
@@ -233,8 +260,7 @@ Effects Persist(pqxx::transaction_base& tx,
                 } else {
                     outbox::Rearm(tx, event_id);
                 }
-                RecordEvent(
-                    tx, saga.saga_id, "resent", dispatch->step_name, phase_text, dispatch->attempt, event_id, {});
+                timeline.push_back({"resent", dispatch->step_name, phase_text, dispatch->attempt, event_id, {}});
             }
             Earliest(effects, dispatch->timeout);
         } else if (const auto* retry = std::get_if<machine::ScheduleRetry>(&command)) {
@@ -250,23 +276,19 @@ Effects Persist(pqxx::transaction_base& tx,
                 retry->step_name,
                 phase_text,
                 delay.count());
-            RecordEvent(tx,
-                        saga.saga_id,
-                        "retry-scheduled",
-                        retry->step_name,
-                        phase_text,
-                        retry->attempt,
-                        {},
-                        {{"delayMs", delay.count()}});
+            timeline.push_back(
+                {"retry-scheduled", retry->step_name, phase_text, retry->attempt, {}, {{"delayMs", delay.count()}}});
             Earliest(effects, delay);
         } else if (const auto* finish = std::get_if<machine::Finish>(&command)) {
             nlohmann::json detail{{"status", machine::ToString(finish->status)}};
             if (!next.parked_reason.empty()) detail["reason"] = next.parked_reason;
-            RecordEvent(tx, saga.saga_id, "finished", {}, {}, 0, {}, detail);
+            timeline.push_back({"finished", {}, {}, 0, {}, detail});
             effects.finished = true;
             effects.parked = finish->status == machine::SagaStatus::kFailed;
         }
     }
+
+    RecordEvents(tx, saga.saga_id, timeline);
 
     // 3. The saga row.
     tx.exec_params(

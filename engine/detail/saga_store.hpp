@@ -5,6 +5,7 @@
 // the outbox rows of its commands and the timeline entries commit together.
 
 #include <chrono>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <pqxx/transaction_base>
@@ -22,6 +23,17 @@ struct LoadedSaga {
     std::string definition_hash;
     nlohmann::json input;
     machine::SagaState state;
+    std::map<std::pair<std::string, std::string>, std::string> command_ids;  // (step, phase) -> event id
+};
+
+// One timeline entry (saga_event) to write.
+struct TimelineRow {
+    std::string kind;
+    std::string step_name;
+    std::string phase;
+    int attempt = 0;
+    std::string event_id;
+    nlohmann::json detail = nlohmann::json::object();
 };
 
 enum class LockMode { kWait, kSkipLocked };
@@ -40,13 +52,18 @@ struct Effects {
 
 // Persists `decision` (made on `saga.state`): updates the changed step phases, turns its commands
 // into step rows, outbox rows (a new event id for a new phase; the same row re-armed for a resend),
-// durable timers and timeline entries, and writes the saga row.
+// durable timers and timeline entries, and writes the saga row. `timeline` holds the entries of the
+// event itself (started, reply, timeout); all entries are written with one statement.
 Effects Persist(pqxx::transaction_base& tx,
                 const SagaDefinition& definition,
                 const LoadedSaga& saga,
                 const machine::Decision& decision,
                 const std::string& event_source,
-                std::mt19937_64& rng);
+                std::mt19937_64& rng,
+                std::vector<TimelineRow> timeline = {});
+
+// Appends timeline entries with one statement (saga_id may be empty: events for no known saga).
+void RecordEvents(pqxx::transaction_base& tx, const std::string& saga_id, const std::vector<TimelineRow>& rows);
 
 // Appends a timeline entry (saga_id may be empty: an event for no known saga).
 void RecordEvent(pqxx::transaction_base& tx,
