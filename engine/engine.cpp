@@ -267,23 +267,9 @@ class Engine::Impl {
                           const std::string& key,
                           const detail::StartHook* hook = nullptr) {
         RequireStarted();
-        StartResult result;
         std::shared_ptr<const SagaDefinition> definition;
-        {
-            std::shared_lock lock(definitions_mutex_);
-            if (const auto it = latest_.find(type); it != latest_.end()) definition = it->second;
-        }
-        if (!definition) {
-            result.status = StartResult::Status::kUnknownType;
-            result.message = "no saga type '" + type + "' is registered";
-            return result;
-        }
-        result.errors = ValidateInput(*definition, input);
-        if (!result.errors.empty()) {
-            result.status = StartResult::Status::kInvalidInput;
-            result.message = "the input does not match the input schema of saga '" + type + "'";
-            return result;
-        }
+        if (auto refusal = Refusal(type, input, definition)) return std::move(*refusal);
+        StartResult result;
         std::optional<std::chrono::milliseconds> next_timer;
         result = parts_.pool->RunBlocking([&](pqxx::connection& conn) {
             pqxx::work tx{conn};
@@ -472,6 +458,31 @@ class Engine::Impl {
             g.oldest_unpublished_seconds = outbox[1].as<double>();
             return g;
         });
+    }
+
+    // The checks of a start before any database work: the type is registered and the input matches
+    // its schema (`input` gets the defaults). nullopt when both hold; `definition` is then the
+    // latest version of the type.
+    std::optional<StartResult> Refusal(const std::string& type,
+                                       nlohmann::json& input,
+                                       std::shared_ptr<const SagaDefinition>& definition) const {
+        {
+            std::shared_lock lock(definitions_mutex_);
+            if (const auto it = latest_.find(type); it != latest_.end()) definition = it->second;
+        }
+        StartResult result;
+        if (!definition) {
+            result.status = StartResult::Status::kUnknownType;
+            result.message = "no saga type '" + type + "' is registered";
+            return result;
+        }
+        result.errors = ValidateInput(*definition, input);
+        if (!result.errors.empty()) {
+            result.status = StartResult::Status::kInvalidInput;
+            result.message = "the input does not match the input schema of saga '" + type + "'";
+            return result;
+        }
+        return std::nullopt;
     }
 
     bool KnowsType(const std::string& type) const {
@@ -801,6 +812,13 @@ StartResult EngineInternals::StartSaga(Engine& engine,
 
 store::ConnectionPool& EngineInternals::Pool(Engine& engine) {
     return engine.impl_->Pool();
+}
+
+std::optional<StartResult> EngineInternals::Refusal(Engine& engine,
+                                                    const std::string& saga_type,
+                                                    nlohmann::json input) {
+    std::shared_ptr<const SagaDefinition> definition;
+    return engine.impl_->Refusal(saga_type, input, definition);
 }
 
 bool EngineInternals::KnowsType(Engine& engine, const std::string& saga_type) {

@@ -2,6 +2,7 @@
 // What the HTTP API needs of the engine beyond the public API (internal: uses libpqxx types).
 
 #include <functional>
+#include <optional>
 #include <pqxx/transaction_base>
 #include <string>
 
@@ -26,6 +27,9 @@ struct EngineInternals {
     static store::ConnectionPool& Pool(Engine& engine);
     // A saga type's definition is registered (for 404 before any database work).
     static bool KnowsType(Engine& engine, const std::string& saga_type);
+    // Why StartSaga would refuse this start before any database work (unknown type, input errors);
+    // nullopt if it would not.
+    static std::optional<StartResult> Refusal(Engine& engine, const std::string& saga_type, nlohmann::json input);
 };
 
 }  // namespace sagaflow::detail

@@ -124,6 +124,16 @@ nlohmann::json SagaJson(const SagaView& saga) {
             {"links", {{"self", "/v1/sagas/" + saga.saga_id}}}};
 }
 
+// The answer to a start the engine refuses before any database work.
+Response Refused(const StartResult& result) {
+    if (result.status == StartResult::Status::kUnknownType) {
+        return Problem(404, "unknown-saga-type", "Unknown saga type", result.message);
+    }
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& e : result.errors) list.push_back({{"path", e.path}, {"message", e.message}});
+    return Problem(422, "invalid-input", "Invalid input", result.message, {{"errors", list}});
+}
+
 std::string Label(std::string value) {  // Prometheus label value escaping
     std::string out;
     for (const char c : value) {
@@ -420,9 +430,10 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
             400, "malformed-json", "Malformed JSON", std::string("the body is not JSON in UTF-8: ") + e.what());
     }
     if (!body.is_object()) return Problem(400, "malformed-json", "Malformed JSON", "the body must be a JSON object");
-    // The input schema is checked by the engine before any database work; a 422 is not stored
-    // (the same body always fails the same way).
     const nlohmann::json input = body;
+    // Checked before the key is claimed: a 422 needs no database work and is not stored (the same
+    // body always fails the same way).
+    if (const auto refusal = EngineInternals::Refusal(engine_, type, input)) return Refused(*refusal);
     const std::string scope = "saga:" + type + (client.empty() ? "" : ":" + client);
     const std::string saga_key = client.empty() ? key : client + ":" + key;
     const std::string hash = CanonicalHash(body);
@@ -525,18 +536,13 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
         throw;
     }
     if (result.status == StartResult::Status::kInvalidInput || result.status == StartResult::Status::kUnknownType) {
-        // Refused before any database work: release the claim; the same body fails the same way.
+        // A definition registered since the check above refused it: release the claim.
         pool.RunBlocking([&](pqxx::connection& conn) {
             pqxx::work tx{conn};
             tx.exec_params("DELETE FROM idempotency_record WHERE scope = $1 AND idempotency_key = $2", scope, key);
             tx.commit();
         });
-        if (result.status == StartResult::Status::kUnknownType) {
-            return Problem(404, "unknown-saga-type", "Unknown saga type", result.message);
-        }
-        nlohmann::json list = nlohmann::json::array();
-        for (const auto& e : result.errors) list.push_back({{"path", e.path}, {"message", e.message}});
-        return Problem(422, "invalid-input", "Invalid input", result.message, {{"errors", list}});
+        return Refused(result);
     }
     if (response.status == 201) response.headers.emplace_back("Location", "/v1/sagas/" + result.saga_id);
     return response;

@@ -4,10 +4,9 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
-#include "outbox/detail/rdkafka.hpp"
-#include "outbox/event.hpp"
 #include "outbox/uuid.hpp"
 #include "tests/support/example_rig.hpp"
+#include "tests/support/kafka_send.hpp"
 
 using namespace sagaflow;
 using testing::ExampleRig;
@@ -69,24 +68,14 @@ TEST_CASE("without dispatch dedup, a resend is a new event: dispatch-once fails"
 TEST_CASE("without the anti-hanging tombstone, an action after its compensation lands: no-hanging fails") {
     const auto report = RunWithGuard("anti-hanging", "payment", [](ExampleRig& rig, Engine&) {
         // A compensation overtakes its action (a slow network): sent to the participant directly.
-        using namespace outbox::detail;
-        auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", rig.Brokers()}}));
         const std::string saga = outbox::NewUuidV7();
+        const nlohmann::json data{
+            {"orderId", "late-1"}, {"customerId", 7}, {"amount", "20.00"}, {"externalPaymentId", "late-1"}};
         for (const auto& [phase, type] : std::vector<std::pair<std::string, std::string>>{
                  {"compensation", "RefundPayment.v1"}, {"action", "ChargePayment.v1"}}) {
-            outbox::CloudEvent e;
-            e.id = outbox::NewUuidV7();
-            e.type = type;
-            e.source = "test";
-            e.time = outbox::NowRfc3339();
-            e.saga_id = saga;
-            e.step_name = "charge-payment";
-            e.phase = phase;
-            e.data = {{"orderId", "late-1"}, {"customerId", 7}, {"amount", "20.00"}, {"externalPaymentId", "late-1"}};
-            const std::string value = e.ToJson().dump();
-            REQUIRE(Produce(producer.get(), rig.PaymentName() + ".commands", saga, value, nullptr, nullptr) ==
-                    RD_KAFKA_RESP_ERR_NO_ERROR);
-            rd_kafka_flush(producer.get(), 10'000);
+            testing::SendEvent(rig.Brokers(),
+                               rig.PaymentName() + ".commands",
+                               testing::SagaEvent(saga, "charge-payment", phase, type, data));
         }
         testing::WaitFor(
             [&] {

@@ -9,9 +9,9 @@
 #include <set>
 
 #include "engine/engine.hpp"
-#include "outbox/detail/rdkafka.hpp"
 #include "outbox/event.hpp"
 #include "outbox/uuid.hpp"
+#include "tests/support/kafka_send.hpp"
 #include "tests/support/print.hpp"
 #include "tests/support/saga_rig.hpp"
 #include "tests/support/scripted_participant.hpp"
@@ -296,21 +296,10 @@ TEST_CASE("a lost command times out and is resent with the same event id; stray 
 
     // Replies that belong nowhere: an unknown saga, a bad outcome, a wrong correlation id.
     const auto produce = [&](const std::string& saga_id, const std::string& outcome, const std::string& corr) {
-        using namespace outbox::detail;
-        auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", rig.brokers}}));
-        outbox::CloudEvent e;
-        e.id = outbox::NewUuidV7();
-        e.type = "Reserve.v1.reply";
-        e.source = "test";
-        e.time = outbox::NowRfc3339();
-        e.saga_id = saga_id;
-        e.step_name = "reserve";
-        e.phase = "action";
-        e.correlation_id = corr;
-        e.data = {{"outcome", outcome}};
-        const std::string value = e.ToJson().dump();
-        REQUIRE(Produce(producer.get(), rig.replies, saga_id, value, nullptr, nullptr) == RD_KAFKA_RESP_ERR_NO_ERROR);
-        rd_kafka_flush(producer.get(), 10'000);
+        testing::SendEvent(
+            rig.brokers,
+            rig.replies,
+            testing::SagaEvent(saga_id, "reserve", "action", "Reserve.v1.reply", {{"outcome", outcome}}, corr));
     };
     produce(outbox::NewUuidV7(), "success", "");
     produce(id, "maybe", "");

@@ -7,10 +7,10 @@
 #include <pqxx/pqxx>
 
 #include "engine/participant.hpp"
-#include "outbox/detail/rdkafka.hpp"
 #include "outbox/event.hpp"
 #include "outbox/uuid.hpp"
 #include "tests/support/kafka_read.hpp"
+#include "tests/support/kafka_send.hpp"
 #include "tests/support/services.hpp"
 
 using namespace sagaflow;
@@ -61,14 +61,7 @@ struct ParticipantRig {
     }
 
     // Sends a command as the engine would (the same event id on a resend).
-    void Send(const outbox::CloudEvent& command) const {
-        using namespace outbox::detail;
-        auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", brokers}}));
-        const std::string value = command.ToJson().dump();
-        REQUIRE(Produce(producer.get(), name + ".commands", command.saga_id, value, nullptr, nullptr) ==
-                RD_KAFKA_RESP_ERR_NO_ERROR);
-        REQUIRE(rd_kafka_flush(producer.get(), 10'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
-    }
+    void Send(const outbox::CloudEvent& command) const { testing::SendEvent(brokers, name + ".commands", command); }
 
     std::vector<outbox::CloudEvent> Replies(std::size_t expected) const {
         std::vector<outbox::CloudEvent> out;
@@ -87,16 +80,7 @@ outbox::CloudEvent MakeCommand(const std::string& saga_id,
                                const std::string& phase,
                                const std::string& type,
                                nlohmann::json data = nlohmann::json::object()) {
-    outbox::CloudEvent e;
-    e.id = outbox::NewUuidV7();
-    e.type = type;
-    e.source = "test-engine";
-    e.time = outbox::NowRfc3339();
-    e.saga_id = saga_id;
-    e.step_name = step;
-    e.phase = phase;
-    e.data = std::move(data);
-    return e;
+    return testing::SagaEvent(saga_id, step, phase, type, std::move(data));
 }
 
 }  // namespace
