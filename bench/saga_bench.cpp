@@ -3,7 +3,7 @@
 // the limit: pgbench single-row-insert commits/s at 16 clients on the same PostgreSQL.
 //
 //   saga_bench DB_URL BROKERS --json OUT --cli SAGAFLOW --services-dir DIR --saga FILE
-//              [--seconds S] [--inflight N] [--pgbench PATH]
+//              [--seconds S] [--inflight N] [--warmup S] [--pgbench PATH]
 //
 // Closed loop first (N sagas kept in flight: the maximum), then open loop at 25 %, 50 % and 75 %
 // of that maximum. Latency is start-to-terminal from the database's own timestamps
@@ -41,6 +41,7 @@ struct Args {
     std::string db, brokers, json, cli, services, saga, pgbench = "/usr/lib/postgresql/15/bin/pgbench";
     int seconds = 15;
     int inflight = 64;
+    int warmup = 30;  // seconds of closed loop before measuring: the broker's JIT compiles meanwhile
 };
 
 struct Usage {
@@ -150,6 +151,8 @@ int main(int argc, char** argv) {
             a.seconds = std::stoi(v);
         else if (k == "--inflight")
             a.inflight = std::stoi(v);
+        else if (k == "--warmup")
+            a.warmup = std::stoi(v);
         else if (k == "--pgbench")
             a.pgbench = v;
     }
@@ -201,7 +204,29 @@ int main(int argc, char** argv) {
     while (Terminal(conn, "warm-") < 50 && Clock::now() < warm_deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
-    std::cerr << "saga_bench: warmed up" << std::endl;
+    // Closed loop: keep `inflight` sagas with keys starting with `prefix` open until `end`.
+    // Returns the number of sagas terminal at `end`.
+    int closed_started = 0;
+    const auto closed_loop = [&](const std::string& prefix, Clock::time_point end) {
+        closed_started = 0;
+        long long done = 0;
+        while (Clock::now() < end) {
+            done = Terminal(conn, prefix);
+            const long long open = closed_started - done;
+            for (long long k = open; k < a.inflight; ++k, ++closed_started) start_one(prefix);
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        return Terminal(conn, prefix);
+    };
+    // Steady state before measuring: a cold broker spends about a fifth of the machine's CPU in
+    // its JIT compiler for the first tens of seconds (measured with perf).
+    const long long warm_done = closed_loop("warmloop-", Clock::now() + std::chrono::seconds(a.warmup));
+    std::cerr << "saga_bench: warmed up (" << a.warmup << " s closed loop, " << warm_done << " sagas)" << std::endl;
+    while (pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const auto drained_by = Clock::now() + std::chrono::seconds(60);
+    while (Terminal(conn, "warmloop-") < closed_started && Clock::now() < drained_by) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
 
     std::map<std::string, pid_t> pids{{"engine", engine_process.Pid()},
                                       {"order-service", order.Pid()},
@@ -218,14 +243,8 @@ int main(int argc, char** argv) {
         const std::string prefix = "closed-";
         const auto t0 = Clock::now();
         const auto end = t0 + std::chrono::seconds(a.seconds);
-        long long done = 0;
-        while (Clock::now() < end) {
-            done = Terminal(conn, prefix);
-            const long long open = p.started - done;
-            for (long long k = open; k < a.inflight; ++k, ++p.started) start_one(prefix);
-            std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        const long long at_end = Terminal(conn, prefix);
+        const long long at_end = closed_loop(prefix, end);
+        p.started = closed_started;
         p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
         while (pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         p.completed_per_second = static_cast<double>(at_end) / p.seconds;
@@ -273,6 +292,7 @@ int main(int argc, char** argv) {
                        {"limit_pgbench_insert_commits_per_second", limit},
                        {"ratio_sagas_per_commit", phases[0].completed_per_second / limit},
                        {"seconds_per_phase", a.seconds},
+                       {"warmup_seconds", a.warmup},
                        {"inflight", a.inflight},
                        {"phases", nlohmann::json::array()},
                        {"processes", nlohmann::json::object()}};

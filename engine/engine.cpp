@@ -30,6 +30,7 @@
 #include "store/inbox.hpp"
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
+#include "store/prepared.hpp"
 #include "store/sweeper.hpp"
 #include "store/url.hpp"
 
@@ -275,7 +276,8 @@ class Engine::Impl {
             pqxx::work tx{conn};
             StartResult r;
             const std::string saga_id = outbox::NewUuidV7();
-            const auto inserted = tx.exec_params(
+            const auto inserted = store::Exec(
+                tx,
                 "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, input, "
                 "idempotency_key) VALUES ($1::uuid, $2, $3, $4, 'running', $5::jsonb, $6) "
                 "ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING 1",
@@ -288,12 +290,13 @@ class Engine::Impl {
             if (inserted.empty()) {
                 // The key was used: jsonb equality ignores key order and whitespace, so the same input
                 // written differently is still the same command.
-                const auto existing = tx.exec_params(
-                    "SELECT saga_id::text, input = $3::jsonb FROM saga_instance WHERE saga_type = $1 AND "
-                    "idempotency_key = $2",
-                    type,
-                    key,
-                    input.dump());
+                const auto existing =
+                    store::Exec(tx,
+                                "SELECT saga_id::text, input = $3::jsonb FROM saga_instance WHERE saga_type = $1 AND "
+                                "idempotency_key = $2",
+                                type,
+                                key,
+                                input.dump());
                 r.saga_id = existing.at(0)[0].as<std::string>();
                 if (existing[0][1].as<bool>()) {
                     r.status = StartResult::Status::kReplayed;

@@ -14,6 +14,7 @@
 #include "store/inbox.hpp"
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
+#include "store/prepared.hpp"
 #include "store/test_guards.hpp"
 
 namespace sagaflow {
@@ -27,6 +28,8 @@ pqxx::result Run(void* native, const std::string& sql, const std::vector<Transac
     std::vector<const char*> raw;
     raw.reserve(params.size());
     for (const auto& p : params) raw.push_back(p ? p->c_str() : nullptr);  // a null pointer binds SQL NULL
+    // Not prepared: the text is the user's and may vary without bound (prepared statements stay on
+    // the server for the connection's life).
     return tx.exec_params(sql, pqxx::prepare::make_dynamic_params(raw));
 }
 
@@ -197,12 +200,13 @@ class Participant::Impl {
             return;
         }
         const Command command{e.saga_id, e.step_name, e.phase, e.type, e.id, e.data};
-        const auto stored = tx.exec_params(
-            "SELECT status, reply::text, coalesce(reply_event_id::text, '') FROM participant_step "
-            "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 FOR UPDATE",
-            command.saga_id,
-            command.step_name,
-            command.phase);
+        const auto stored =
+            store::Exec(tx,
+                        "SELECT status, reply::text, coalesce(reply_event_id::text, '') FROM participant_step "
+                        "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 FOR UPDATE",
+                        command.saga_id,
+                        command.step_name,
+                        command.phase);
         if (!stored.empty()) {
             // Answered before: the same reply again, never the effect again. A tombstone answers the
             // late action it was waiting for.
@@ -220,7 +224,8 @@ class Participant::Impl {
             return;
         }
         if (command.phase == "compensation") {
-            const auto action = tx.exec_params(
+            const auto action = store::Exec(
+                tx,
                 "SELECT status FROM participant_step WHERE saga_id = $1::uuid AND step_name = $2 AND phase = 'action' "
                 "FOR UPDATE",
                 command.saga_id,
@@ -263,12 +268,12 @@ class Participant::Impl {
     void NullCompensation(pqxx::work& tx, const Command& command, bool action_never_seen) {
         if (action_never_seen && !store::GuardDisabled("anti-hanging")) {
             // The tombstone: the action, should it still come, is refused.
-            tx.exec_params(
-                "INSERT INTO participant_step (saga_id, step_name, phase, command_type, status, reply) VALUES "
-                "($1::uuid, $2, 'action', '', 'refused', $3::jsonb) ON CONFLICT DO NOTHING",
-                command.saga_id,
-                command.step_name,
-                ReplyData(StepReply::Failure("the step was compensated before its action arrived")).dump());
+            store::Exec(tx,
+                        "INSERT INTO participant_step (saga_id, step_name, phase, command_type, status, reply) VALUES "
+                        "($1::uuid, $2, 'action', '', 'refused', $3::jsonb) ON CONFLICT DO NOTHING",
+                        command.saga_id,
+                        command.step_name,
+                        ReplyData(StepReply::Failure("the step was compensated before its action arrived")).dump());
         }
         const StepReply reply = StepReply::Success({{"nullCompensation", true}});
         const std::string reply_id = Reply(tx, command, reply);
@@ -302,7 +307,8 @@ class Participant::Impl {
     void Resend(pqxx::work& tx, const Command& command, const nlohmann::json& data, const std::string& reply_id) {
         if (!reply_id.empty() && outbox::Rearm(tx, reply_id)) return;
         const std::string id = EnqueueReply(tx, command, data);
-        tx.exec_params(
+        store::Exec(
+            tx,
             "UPDATE participant_step SET reply_event_id = $4::uuid, command_event_id = coalesce(command_event_id, "
             "$5::uuid) WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
             command.saga_id,
@@ -317,7 +323,8 @@ class Participant::Impl {
                       const std::string& status,
                       const nlohmann::json& reply,
                       const std::string& reply_id) {
-        tx.exec_params(
+        store::Exec(
+            tx,
             "INSERT INTO participant_step (saga_id, step_name, phase, command_type, command_event_id, status, reply, "
             "reply_event_id) VALUES ($1::uuid, $2, $3, $4, $5::uuid, $6, $7::jsonb, $8::uuid)",
             command.saga_id,

@@ -3,6 +3,7 @@
 #include <pqxx/pqxx>
 
 #include "outbox/uuid.hpp"
+#include "store/prepared.hpp"
 
 namespace sagaflow::outbox {
 
@@ -10,7 +11,8 @@ std::string Enqueue(pqxx::transaction_base& tx, const std::string& topic, const 
     if (event.id.empty()) event.id = NewUuidV7();
     if (event.time.empty()) event.time = NowRfc3339();
     const nlohmann::json headers{{"content-type", kCloudEventsContentType}};
-    tx.exec_params(
+    store::Exec(
+        tx,
         "INSERT INTO outbox (event_id, topic, message_key, headers, payload) VALUES ($1::uuid, $2, $3, $4::jsonb, "
         "$5::jsonb) ON CONFLICT (event_id) DO NOTHING",
         event.id,
@@ -22,7 +24,8 @@ std::string Enqueue(pqxx::transaction_base& tx, const std::string& topic, const 
 }
 
 bool Rearm(pqxx::transaction_base& tx, const std::string& event_id) {
-    const auto result = tx.exec_params(
+    const auto result = store::Exec(
+        tx,
         "UPDATE outbox SET published_at = NULL, next_attempt_at = NULL, last_error = NULL WHERE event_id = $1::uuid",
         event_id);
     return result.affected_rows() == 1;

@@ -6,6 +6,7 @@
 
 #include "outbox/uuid.hpp"
 #include "outbox/writer.hpp"
+#include "store/prepared.hpp"
 #include "store/test_guards.hpp"
 
 namespace sagaflow::detail {
@@ -91,11 +92,11 @@ void Earliest(Effects& effects, std::chrono::milliseconds delay) {
 
 std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode) {
     const std::string lock = mode == LockMode::kWait ? " FOR UPDATE" : " FOR UPDATE SKIP LOCKED";
-    const auto rows = tx.exec_params(
-        "SELECT saga_type, definition_hash, status, current_step, input::text, data::text, "
-        "coalesce(parked_reason, '') FROM saga_instance WHERE saga_id = $1::uuid" +
-            lock,
-        saga_id);
+    const auto rows = store::Exec(tx,
+                                  "SELECT saga_type, definition_hash, status, current_step, input::text, data::text, "
+                                  "coalesce(parked_reason, '') FROM saga_instance WHERE saga_id = $1::uuid" +
+                                      lock,
+                                  saga_id);
     if (rows.empty()) return std::nullopt;
     LoadedSaga saga;
     saga.saga_id = saga_id;
@@ -108,10 +109,11 @@ std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string
     saga.input = ParseJson(rows[0][4]);
     saga.state.data = ParseJson(rows[0][5]);
     saga.state.parked_reason = rows[0][6].as<std::string>();
-    const auto steps = tx.exec_params(
-        "SELECT step_name, phase, status, attempt, reply::text, next_attempt_at IS NOT NULL, "
-        "command_event_id::text FROM saga_step WHERE saga_id = $1::uuid ORDER BY dispatched_at, phase",
-        saga_id);
+    const auto steps =
+        store::Exec(tx,
+                    "SELECT step_name, phase, status, attempt, reply::text, next_attempt_at IS NOT NULL, "
+                    "command_event_id::text FROM saga_step WHERE saga_id = $1::uuid ORDER BY dispatched_at, phase",
+                    saga_id);
     for (const auto& row : steps) {
         machine::StepPhaseState phase;
         phase.step_name = row[0].as<std::string>();
@@ -156,7 +158,7 @@ void RecordEvents(pqxx::transaction_base& tx, const std::string& saga_id, const 
         params.push_back(Nullable(r.event_id));
         params.push_back(texts.back().c_str());
     }
-    tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
+    store::Exec(tx, sql, pqxx::prepare::make_dynamic_params(params));
 }
 
 void RecordEvent(pqxx::transaction_base& tx,
@@ -189,20 +191,20 @@ Effects Persist(pqxx::transaction_base& tx,
             continue;
         }
         const bool open = phase.status == StepStatus::kDispatched;
-        const auto latency = tx.exec_params(
-            "UPDATE saga_step SET status = $4, reply = $5::jsonb, "
-            "completed_at = CASE WHEN $6 THEN NULL ELSE clock_timestamp() END, "
-            "next_attempt_at = CASE WHEN $7 THEN next_attempt_at END, "
-            "deadline_at = CASE WHEN $6 AND NOT $7 THEN deadline_at END "
-            "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 "
-            "RETURNING extract(epoch FROM clock_timestamp() - dispatched_at)::float8",
-            saga.saga_id,
-            phase.step_name,
-            std::string(machine::ToString(phase.phase)),
-            StepStatusText(phase),
-            Nullable(phase.reply.is_null() ? std::string() : phase.reply.dump()),
-            open,
-            open && phase.awaiting_retry);
+        const auto latency = store::Exec(tx,
+                                         "UPDATE saga_step SET status = $4, reply = $5::jsonb, "
+                                         "completed_at = CASE WHEN $6 THEN NULL ELSE clock_timestamp() END, "
+                                         "next_attempt_at = CASE WHEN $7 THEN next_attempt_at END, "
+                                         "deadline_at = CASE WHEN $6 AND NOT $7 THEN deadline_at END "
+                                         "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 "
+                                         "RETURNING extract(epoch FROM clock_timestamp() - dispatched_at)::float8",
+                                         saga.saga_id,
+                                         phase.step_name,
+                                         std::string(machine::ToString(phase.phase)),
+                                         StepStatusText(phase),
+                                         Nullable(phase.reply.is_null() ? std::string() : phase.reply.dump()),
+                                         open,
+                                         open && phase.awaiting_retry);
         if (!open && before->status == StepStatus::kDispatched && !latency.empty()) {
             effects.step_latencies.emplace_back(phase.step_name, latency[0][0].as<double>());
         }
@@ -225,21 +227,23 @@ Effects Persist(pqxx::transaction_base& tx,
                 event.step_name = step->name;
                 event.phase = phase_text;
                 event.data = RenderTemplate(spec.send, TemplateContext(saga, next));
-                const auto inserted = tx.exec_params(
-                    "INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
-                    "deadline_at) VALUES ($1::uuid, $2, $3, 'dispatched', 1, $4::uuid, "
-                    "clock_timestamp() + $5 * interval '1 millisecond') ON CONFLICT DO NOTHING RETURNING 1",
-                    saga.saga_id,
-                    step->name,
-                    phase_text,
-                    event.id,
-                    timeout_ms);
+                const auto inserted =
+                    store::Exec(tx,
+                                "INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
+                                "deadline_at) VALUES ($1::uuid, $2, $3, 'dispatched', 1, $4::uuid, "
+                                "clock_timestamp() + $5 * interval '1 millisecond') ON CONFLICT DO NOTHING RETURNING 1",
+                                saga.saga_id,
+                                step->name,
+                                phase_text,
+                                event.id,
+                                timeout_ms);
                 if (inserted.empty()) continue;  // dispatched before: never twice
                 outbox::Enqueue(tx, step->CommandTopic(), saga.saga_id, event);
                 timeline.push_back({"dispatched", step->name, phase_text, 1, event.id, {{"type", spec.type}}});
             } else {
                 // A resend: the same row, the same event id, the same bytes.
-                const auto row = tx.exec_params(
+                const auto row = store::Exec(
+                    tx,
                     "UPDATE saga_step SET attempt = $4, next_attempt_at = NULL, "
                     "deadline_at = clock_timestamp() + $5 * interval '1 millisecond' "
                     "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 RETURNING command_event_id::text",
@@ -252,7 +256,7 @@ Effects Persist(pqxx::transaction_base& tx,
                 if (store::GuardDisabled("dispatch-dedup")) {
                     // TEST ONLY: the resend as a new message, the mistake the dedup key exists for.
                     const auto copy =
-                        tx.exec_params("SELECT topic, payload::text FROM outbox WHERE event_id = $1::uuid", event_id);
+                        store::Exec(tx, "SELECT topic, payload::text FROM outbox WHERE event_id = $1::uuid", event_id);
                     std::string reason;
                     auto event = outbox::ParseCloudEvent(copy.at(0)[1].c_str(), reason);
                     event->id = outbox::NewUuidV7();
@@ -268,14 +272,14 @@ Effects Persist(pqxx::transaction_base& tx,
             const RetryPolicy& policy = retry->phase == Phase::kAction ? step->retry : definition.compensation_retry;
             const auto delay = WithJitter(retry->delay, policy.jitter, rng);
             const std::string phase_text(machine::ToString(retry->phase));
-            tx.exec_params(
-                "UPDATE saga_step SET deadline_at = NULL, "
-                "next_attempt_at = clock_timestamp() + $4 * interval '1 millisecond' "
-                "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
-                saga.saga_id,
-                retry->step_name,
-                phase_text,
-                delay.count());
+            store::Exec(tx,
+                        "UPDATE saga_step SET deadline_at = NULL, "
+                        "next_attempt_at = clock_timestamp() + $4 * interval '1 millisecond' "
+                        "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
+                        saga.saga_id,
+                        retry->step_name,
+                        phase_text,
+                        delay.count());
             timeline.push_back(
                 {"retry-scheduled", retry->step_name, phase_text, retry->attempt, {}, {{"delayMs", delay.count()}}});
             Earliest(effects, delay);
@@ -291,14 +295,14 @@ Effects Persist(pqxx::transaction_base& tx,
     RecordEvents(tx, saga.saga_id, timeline);
 
     // 3. The saga row.
-    tx.exec_params(
-        "UPDATE saga_instance SET status = $2, current_step = $3, data = $4::jsonb, parked_reason = $5, "
-        "updated_at = clock_timestamp(), version = version + 1 WHERE saga_id = $1::uuid",
-        saga.saga_id,
-        std::string(machine::ToString(next.status)),
-        static_cast<int>(next.current_step),
-        next.data.dump(),
-        Nullable(next.parked_reason));
+    store::Exec(tx,
+                "UPDATE saga_instance SET status = $2, current_step = $3, data = $4::jsonb, parked_reason = $5, "
+                "updated_at = clock_timestamp(), version = version + 1 WHERE saga_id = $1::uuid",
+                saga.saga_id,
+                std::string(machine::ToString(next.status)),
+                static_cast<int>(next.current_step),
+                next.data.dump(),
+                Nullable(next.parked_reason));
     return effects;
 }
 
@@ -312,17 +316,17 @@ std::string ReopenParked(pqxx::transaction_base& tx, const LoadedSaga& saga) {
     }
     if (gave_up == nullptr) return {};
     const std::string phase_text(machine::ToString(gave_up->phase));
-    tx.exec_params(
-        "UPDATE saga_step SET status = 'dispatched', completed_at = NULL, deadline_at = NULL, "
-        "next_attempt_at = clock_timestamp() WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
-        saga.saga_id,
-        gave_up->step_name,
-        phase_text);
-    tx.exec_params(
-        "UPDATE saga_instance SET status = $2, parked_reason = NULL, updated_at = clock_timestamp(), "
-        "version = version + 1 WHERE saga_id = $1::uuid",
-        saga.saga_id,
-        gave_up->phase == Phase::kCompensation ? "compensating" : "running");
+    store::Exec(tx,
+                "UPDATE saga_step SET status = 'dispatched', completed_at = NULL, deadline_at = NULL, "
+                "next_attempt_at = clock_timestamp() WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
+                saga.saga_id,
+                gave_up->step_name,
+                phase_text);
+    store::Exec(tx,
+                "UPDATE saga_instance SET status = $2, parked_reason = NULL, updated_at = clock_timestamp(), "
+                "version = version + 1 WHERE saga_id = $1::uuid",
+                saga.saga_id,
+                gave_up->phase == Phase::kCompensation ? "compensating" : "running");
     RecordEvent(tx,
                 saga.saga_id,
                 "operator-retry",

@@ -96,6 +96,66 @@ TEST_CASE("50,000 rows from 8 concurrent writers reach the topic once each, in p
     CHECK(Count(db.Url(), "SELECT count(*) FROM outbox WHERE attempts = 1") == total);
 }
 
+TEST_CASE("a row that commits late and a re-armed row go out before the later rows of their keys") {
+    // The relay claims after the last ids it published; a row below that point (its transaction
+    // committed long after its id was taken, or it was re-armed) must still go out, and first.
+    ScratchDatabase db;
+    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+    const std::string topic = UniqueName("relay-late");
+    testing::CreateTopic(KafkaBrokers(), topic, 1);
+    outbox::Relay relay{RelayFor(db.Url())};
+    relay.Start();
+    const auto commit_rows = [&](const std::string& key, int from, int count) {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        std::string last;
+        for (int seq = from; seq < from + count; ++seq)
+            last = outbox::Enqueue(tx, topic, key, TestEvent({{"seq", seq}}));
+        tx.commit();
+        return last;
+    };
+    const auto all_published = [&] {
+        return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0;
+    };
+
+    const std::string rearm_id = commit_rows("rearmed", 0, 1);
+    REQUIRE(WaitFor(all_published, std::chrono::seconds(30)));
+    pqxx::connection late_conn{db.Url()};
+    pqxx::work late{late_conn};
+    outbox::Enqueue(late, topic, "late", TestEvent({{"seq", 0}}));  // takes its id now, commits later
+    for (int round = 0; round < 10; ++round) {                      // later ids, published meanwhile
+        commit_rows("other", round * 10, 10);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    REQUIRE(WaitFor([&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0; },
+                    std::chrono::seconds(30)));
+    late.commit();
+    commit_rows("late", 1, 3);
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        REQUIRE(outbox::Rearm(tx, rearm_id));
+        tx.commit();
+    }
+    commit_rows("rearmed", 1, 3);
+    const auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(WaitFor(all_published, std::chrono::seconds(30)));
+    // The late and re-armed rows wait at most for the next full claim (the poll interval).
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3));
+    relay.Stop();
+
+    const auto records = testing::ReadTopic(KafkaBrokers(), topic, 109, std::chrono::seconds(60));
+    REQUIRE(records.size() == 109);  // 1 + 1 again + 3 rearmed, 1 + 3 late, 100 other
+    std::map<std::string, std::vector<int>> seqs;
+    for (const auto& record : records) {
+        seqs[record.key].push_back(nlohmann::json::parse(record.value).at("data").at("seq").get<int>());
+    }
+    CHECK(seqs["late"] == std::vector<int>{0, 1, 2, 3});
+    CHECK(seqs["rearmed"] == std::vector<int>{0, 0, 1, 2, 3});
+    CHECK(seqs["other"].size() == 100);
+    CHECK(testing::AuditEventStream(records).changed_duplicates == 0);
+}
+
 TEST_CASE("the consumer applies each event once, moves malformed and poison records to the DLQ, and goes on") {
     ScratchDatabase db;
     store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
