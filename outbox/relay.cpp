@@ -77,14 +77,36 @@ struct ClaimPosition {
     }
 };
 
-class NotifyFlag final : public pqxx::notification_receiver {
+// What the `sagaflow_outbox` notifications said since the relay last looked. The trigger sends
+// "<schema>:<highest id inserted>" (006_outbox_notify_id.sql); every relay of a database listens on
+// the one channel, so a relay keeps only its own schema's. A payload it cannot read (an older
+// trigger) just means "look".
+struct Wakeups {
+    std::string schema;
+    long long highest = 0;  // the highest id notified for this schema
+    bool unreadable = false;
+};
+
+class NotifyReceiver final : public pqxx::notification_receiver {
   public:
-    NotifyFlag(pqxx::connection_base& conn, bool& flag)
-        : pqxx::notification_receiver(conn, "sagaflow_outbox"), flag_(flag) {}
-    void operator()(const std::string&, int) override { flag_ = true; }
+    NotifyReceiver(pqxx::connection_base& conn, Wakeups& wakeups)
+        : pqxx::notification_receiver(conn, "sagaflow_outbox"), wakeups_(wakeups) {}
+    void operator()(const std::string& payload, int) override {
+        const auto colon = payload.rfind(':');
+        if (colon == std::string::npos) {
+            wakeups_.unreadable = true;
+            return;
+        }
+        if (payload.compare(0, colon, wakeups_.schema) != 0) return;  // another schema's outbox
+        try {
+            wakeups_.highest = std::max(wakeups_.highest, std::stoll(payload.substr(colon + 1)));
+        } catch (const std::exception&) {
+            wakeups_.unreadable = true;
+        }
+    }
 
   private:
-    bool& flag_;
+    Wakeups& wakeups_;
 };
 
 }  // namespace
@@ -102,7 +124,7 @@ KafkaProperties RelayProducerProperties(const RelayOptions& options) {
         }
         properties[key] = required;
     }
-    properties.try_emplace("linger.ms", "5");
+    properties.try_emplace("linger.ms", "0");
     // librdkafka retries a message until the broker takes it: the relay bounds its own wait only
     // when stopping, so a broker outage pauses publishing and loses nothing.
     properties.try_emplace("message.timeout.ms", "0");
@@ -160,8 +182,9 @@ class Relay::Impl {
         conn->prepare("fail",
                       "UPDATE outbox SET attempts = attempts + 1, last_error = $2, "
                       "next_attempt_at = now() + make_interval(secs => $3::double precision) WHERE id = $1");
-        bool notified = false;
-        NotifyFlag listener{*conn, notified};
+        Wakeups wakeups;
+        wakeups.schema = pqxx::nontransaction{*conn}.exec1("SELECT current_schema()")[0].as<std::string>();
+        NotifyReceiver listener{*conn, wakeups};
         position_ = ClaimPosition{};
         std::chrono::steady_clock::time_point last_full_claim{};
         while (!stopping_.load()) {
@@ -177,7 +200,9 @@ class Relay::Impl {
                 spdlog::info("relay: publishing (leader lock taken)");
             }
             EnsureProducer();
-            notified = false;
+            // Rows notified before this claim committed before it, so the claim sees them.
+            const long long covered = wakeups.highest;
+            wakeups.unreadable = false;
             // A full claim (from the first unpublished row) every poll interval finds what a
             // claim after the position cannot see: re-armed rows, rows whose backoff ended, rows
             // that committed later than the patience allowed. In between, claims start after it.
@@ -193,9 +218,11 @@ class Relay::Impl {
                 continue;
             }
             if (published >= options_.batch_size) continue;  // more may be waiting
-            // Idle: wait for a NOTIFY, in slices so Stop() is seen quickly.
+            // Idle: wait for a NOTIFY of a row this claim did not see, in slices so Stop() is seen
+            // quickly.
             const auto deadline = std::chrono::steady_clock::now() + options_.poll_interval;
-            while (!notified && !stopping_.load() && std::chrono::steady_clock::now() < deadline) {
+            while (wakeups.highest <= covered && !wakeups.unreadable && !stopping_.load() &&
+                   std::chrono::steady_clock::now() < deadline) {
                 conn->await_notification(0, 50'000);
                 rd_kafka_poll(producer_.get(), 0);
             }

@@ -1,6 +1,7 @@
 #include "engine/detail/saga_store.hpp"
 
 #include <fmt/format.h>
+#include <deque>
 
 #include <pqxx/pqxx>
 
@@ -128,17 +129,18 @@ std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string
     return saga;
 }
 
-void RecordEvents(pqxx::transaction_base& tx, const std::string& saga_id, const std::vector<TimelineRow>& rows) {
-    if (rows.empty()) return;
-    // One multi-row INSERT: 7 parameters per row. libpqxx 6.4 binds a null const char* as NULL.
-    std::vector<std::string> texts;
-    texts.reserve(rows.size() * 3);
-    std::vector<const char*> params;
-    params.reserve(rows.size() * 7);
+namespace {
+
+// The timeline rows as one multi-row INSERT whose parameters follow the `params` already there (7
+// per row; libpqxx 6.4 binds a null const char* as NULL). `texts` keeps the converted values alive.
+std::string TimelineInsert(const std::string& saga_id,
+                           const std::vector<TimelineRow>& rows,
+                           std::deque<std::string>& texts,
+                           std::vector<const char*>& params) {
     std::string sql = "INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) VALUES ";
     for (std::size_t i = 0; i < rows.size(); ++i) {
         const auto& r = rows[i];
-        const std::size_t base = i * 7;
+        const std::size_t base = params.size();
         sql += fmt::format("{}(${}::uuid, ${}, ${}, ${}, ${}::int, ${}::uuid, ${}::jsonb)",
                            i == 0 ? "" : ", ",
                            base + 1,
@@ -148,16 +150,26 @@ void RecordEvents(pqxx::transaction_base& tx, const std::string& saga_id, const 
                            base + 5,
                            base + 6,
                            base + 7);
-        texts.push_back(r.attempt > 0 ? std::to_string(r.attempt) : std::string());
-        texts.push_back(r.detail.is_null() ? std::string("{}") : r.detail.dump());
+        const std::string& attempt = texts.emplace_back(r.attempt > 0 ? std::to_string(r.attempt) : std::string());
+        const std::string& detail = texts.emplace_back(r.detail.is_null() ? std::string("{}") : r.detail.dump());
         params.push_back(Nullable(saga_id));
         params.push_back(r.kind.c_str());
         params.push_back(Nullable(r.step_name));
         params.push_back(Nullable(r.phase));
-        params.push_back(Nullable(texts[texts.size() - 2]));
+        params.push_back(Nullable(attempt));
         params.push_back(Nullable(r.event_id));
-        params.push_back(texts.back().c_str());
+        params.push_back(detail.c_str());
     }
+    return sql;
+}
+
+}  // namespace
+
+void RecordEvents(pqxx::transaction_base& tx, const std::string& saga_id, const std::vector<TimelineRow>& rows) {
+    if (rows.empty()) return;
+    std::deque<std::string> texts;
+    std::vector<const char*> params;
+    const std::string sql = TimelineInsert(saga_id, rows, texts, params);
     store::Exec(tx, sql, pqxx::prepare::make_dynamic_params(params));
 }
 
@@ -292,17 +304,18 @@ Effects Persist(pqxx::transaction_base& tx,
         }
     }
 
-    RecordEvents(tx, saga.saga_id, timeline);
-
-    // 3. The saga row.
-    store::Exec(tx,
-                "UPDATE saga_instance SET status = $2, current_step = $3, data = $4::jsonb, parked_reason = $5, "
-                "updated_at = clock_timestamp(), version = version + 1 WHERE saga_id = $1::uuid",
-                saga.saga_id,
-                std::string(machine::ToString(next.status)),
-                static_cast<int>(next.current_step),
-                next.data.dump(),
-                Nullable(next.parked_reason));
+    // 3. The saga row, and the timeline in the same statement (one round trip).
+    std::deque<std::string> texts{
+        saga.saga_id, std::string(machine::ToString(next.status)), std::to_string(next.current_step), next.data.dump()};
+    std::vector<const char*> params{
+        texts[0].c_str(), texts[1].c_str(), texts[2].c_str(), texts[3].c_str(), Nullable(next.parked_reason)};
+    const std::string update =
+        "UPDATE saga_instance SET status = $2, current_step = $3::int, data = $4::jsonb, parked_reason = $5, "
+        "updated_at = clock_timestamp(), version = version + 1 WHERE saga_id = $1::uuid";
+    const std::string sql =
+        timeline.empty() ? update
+                         : "WITH timeline AS (" + TimelineInsert(saga.saga_id, timeline, texts, params) + ") " + update;
+    store::Exec(tx, sql, pqxx::prepare::make_dynamic_params(params));
     return effects;
 }
 
