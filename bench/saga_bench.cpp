@@ -43,7 +43,7 @@ struct Args {
     std::string db, brokers, json, cli, services, saga, pgbench = "/usr/lib/postgresql/15/bin/pgbench";
     int seconds = 15;
     int inflight = 64;
-    int warmup = 30;  // seconds of closed loop before measuring: the broker's JIT compiles meanwhile
+    int warmup = 60;  // seconds of closed loop before measuring: the broker's JIT compiles meanwhile
 };
 
 struct Usage {
