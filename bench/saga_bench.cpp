@@ -3,10 +3,11 @@
 // the limit: pgbench single-row-insert commits/s at 16 clients on the same PostgreSQL.
 //
 //   saga_bench DB_URL BROKERS --json OUT --cli SAGAFLOW --services-dir DIR --saga FILE
-//              [--seconds S] [--inflight N] [--warmup S] [--pgbench PATH]
+//              [--seconds S] [--inflight N] [--warmup S] [--phases all|closed] [--pgbench PATH]
 //
 // Closed loop first (N sagas kept in flight: the maximum), then open loop at 25 %, 50 % and 75 %
-// of that maximum. Latency is start-to-terminal from the database's own timestamps
+// of that maximum (`--phases closed`: the closed loop only, e.g. 600 s for the flat-memory run).
+// Latency is start-to-terminal from the database's own timestamps
 // (saga_instance.created_at .. updated_at of the terminal write). CPU seconds per saga and RSS come
 // from /proc for every process.
 #include <signal.h>
@@ -43,7 +44,8 @@ struct Args {
     std::string db, brokers, json, cli, services, saga, pgbench = "/usr/lib/postgresql/15/bin/pgbench";
     int seconds = 15;
     int inflight = 64;
-    int warmup = 60;  // seconds of closed loop before measuring: the broker's JIT compiles meanwhile
+    bool closed_only = false;  // --phases closed: the long flat-memory run
+    int warmup = 60;           // seconds of closed loop before measuring: the broker's JIT compiles meanwhile
 };
 
 struct Usage {
@@ -155,6 +157,8 @@ int main(int argc, char** argv) {
             a.inflight = std::stoi(v);
         else if (k == "--warmup")
             a.warmup = std::stoi(v);
+        else if (k == "--phases")
+            a.closed_only = v == "closed";
         else if (k == "--pgbench")
             a.pgbench = v;
     }
@@ -238,11 +242,20 @@ int main(int argc, char** argv) {
     while (Terminal(conn, "warm-") < 50 && Clock::now() < warm_deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
+    std::map<std::string, pid_t> pids{{"engine", engine_process.Pid()},
+                                      {"order-service", order.Pid()},
+                                      {"payment-service", payment.Pid()},
+                                      {"bench-front-end", getpid()}};
+    // RSS of every process every 10 s of the measured closed loop: flat memory is a requirement.
+    nlohmann::json rss_series = nlohmann::json::array();
+    bool sample_rss = false;
     // Closed loop: keep `inflight` sagas with keys starting with `prefix` open until `end`.
     // Returns the number of sagas terminal at `end`.
     int closed_started = 0;
     const auto closed_loop = [&](const std::string& prefix, Clock::time_point end) {
         closed_started = 0;
+        const auto t0 = Clock::now();
+        auto next_sample = t0;
         {
             const std::lock_guard lock{open_mutex};
             open_ids.clear();
@@ -252,6 +265,15 @@ int main(int argc, char** argv) {
             done += newly_terminal();
             const long long open = closed_started - done;
             for (long long k = open; k < a.inflight; ++k, ++closed_started) start_one(prefix);
+            if (sample_rss && Clock::now() >= next_sample) {
+                nlohmann::json sample{{"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
+                                      {"terminal", done}};
+                for (const auto& [name, pid] : pids) sample[name + "_rss_kb"] = Measure(pid).rss_kb;
+                rss_series.push_back(sample);
+                next_sample += std::chrono::seconds(10);
+                std::cerr << "saga_bench: " << static_cast<int>(sample["seconds"].get<double>()) << " s, " << done
+                          << " sagas, engine RSS " << sample["engine_rss_kb"] << " KiB" << std::endl;
+            }
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
         return Terminal(conn, prefix);
@@ -266,10 +288,6 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
 
-    std::map<std::string, pid_t> pids{{"engine", engine_process.Pid()},
-                                      {"order-service", order.Pid()},
-                                      {"payment-service", payment.Pid()},
-                                      {"bench-front-end", getpid()}};
     std::map<std::string, Usage> before;
     for (const auto& [name, pid] : pids) before[name] = Measure(pid);
 
@@ -281,7 +299,9 @@ int main(int argc, char** argv) {
         const std::string prefix = "closed-";
         const auto t0 = Clock::now();
         const auto end = t0 + std::chrono::seconds(a.seconds);
+        sample_rss = true;
         const long long at_end = closed_loop(prefix, end);
+        sample_rss = false;
         p.started = closed_started;
         p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
         while (pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -299,7 +319,7 @@ int main(int argc, char** argv) {
     const int closed_completed = phases[0].started;
 
     // Open loop at fractions of the maximum.
-    for (const double fraction : {0.25, 0.5, 0.75}) {
+    for (const double fraction : a.closed_only ? std::vector<double>{} : std::vector<double>{0.25, 0.5, 0.75}) {
         Phase p;
         p.offered_rate = std::max(1.0, phases[0].completed_per_second * fraction);
         p.name = "open-" + std::to_string(static_cast<int>(fraction * 100)) + "%";
@@ -331,6 +351,7 @@ int main(int argc, char** argv) {
                        {"ratio_sagas_per_commit", phases[0].completed_per_second / limit},
                        {"seconds_per_phase", a.seconds},
                        {"warmup_seconds", a.warmup},
+                       {"rss_series", rss_series},
                        {"inflight", a.inflight},
                        {"phases", nlohmann::json::array()},
                        {"processes", nlohmann::json::object()}};
