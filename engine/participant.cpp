@@ -256,12 +256,7 @@ class Participant::Impl {
             Reply(tx, command, reply);
             return;
         }
-        const std::string reply_id = Reply(tx, command, reply);
-        Store(tx,
-              command,
-              reply.outcome == StepReply::Outcome::kSuccess ? "succeeded" : "failed",
-              ReplyData(reply),
-              reply_id);
+        ReplyAndStore(tx, command, reply.outcome == StepReply::Outcome::kSuccess ? "succeeded" : "failed", reply);
         ++applied_;
     }
 
@@ -276,8 +271,7 @@ class Participant::Impl {
                         ReplyData(StepReply::Failure("the step was compensated before its action arrived")).dump());
         }
         const StepReply reply = StepReply::Success({{"nullCompensation", true}});
-        const std::string reply_id = Reply(tx, command, reply);
-        Store(tx, command, "null_compensation", ReplyData(reply), reply_id);
+        ReplyAndStore(tx, command, "null_compensation", reply);
         ++null_compensations_;
     }
 
@@ -291,7 +285,7 @@ class Participant::Impl {
         return EnqueueReply(tx, command, ReplyData(reply));
     }
 
-    std::string EnqueueReply(pqxx::work& tx, const Command& command, const nlohmann::json& data) {
+    outbox::CloudEvent ReplyEvent(const Command& command, const nlohmann::json& data) const {
         outbox::CloudEvent event;
         event.type = command.type + ".reply";
         event.source = source_;
@@ -300,7 +294,11 @@ class Participant::Impl {
         event.phase = command.phase;
         event.correlation_id = command.event_id;
         event.data = data;
-        return outbox::Enqueue(tx, config_.replies_topic, command.saga_id, event);
+        return event;
+    }
+
+    std::string EnqueueReply(pqxx::work& tx, const Command& command, const nlohmann::json& data) {
+        return outbox::Enqueue(tx, config_.replies_topic, command.saga_id, ReplyEvent(command, data));
     }
 
     // The stored reply again: the same event (re-armed) if it was sent, else a first one now.
@@ -318,23 +316,29 @@ class Participant::Impl {
             command.event_id);
     }
 
-    static void Store(pqxx::work& tx,
-                      const Command& command,
-                      const std::string& status,
-                      const nlohmann::json& reply,
-                      const std::string& reply_id) {
-        store::Exec(
-            tx,
-            "INSERT INTO participant_step (saga_id, step_name, phase, command_type, command_event_id, status, reply, "
-            "reply_event_id) VALUES ($1::uuid, $2, $3, $4, $5::uuid, $6, $7::jsonb, $8::uuid)",
-            command.saga_id,
-            command.step_name,
-            command.phase,
-            command.type,
-            command.event_id,
-            status,
-            reply.dump(),
-            reply_id);
+    // The reply into the outbox and the stored reply into participant_step: one statement, one
+    // round trip.
+    void ReplyAndStore(pqxx::work& tx, const Command& command, const std::string& status, const StepReply& reply) {
+        const nlohmann::json data = ReplyData(reply);
+        const outbox::OutboxRow row =
+            outbox::MakeOutboxRow(config_.replies_topic, command.saga_id, ReplyEvent(command, data), 9);
+        std::vector<std::string> texts{command.saga_id,
+                                       command.step_name,
+                                       command.phase,
+                                       command.type,
+                                       command.event_id,
+                                       status,
+                                       data.dump(),
+                                       row.event_id};
+        texts.insert(texts.end(), row.params.begin(), row.params.end());
+        std::vector<const char*> params;
+        for (const auto& text : texts) params.push_back(text.c_str());
+        store::Exec(tx,
+                    "WITH reply AS (" + row.sql +
+                        ") INSERT INTO participant_step (saga_id, step_name, phase, command_type, command_event_id, "
+                        "status, reply, reply_event_id) VALUES ($1::uuid, $2, $3, $4, $5::uuid, $6, $7::jsonb, "
+                        "$8::uuid)",
+                    pqxx::prepare::make_dynamic_params(params));
     }
 
     ParticipantConfig config_;

@@ -1,5 +1,7 @@
 #include "outbox/writer.hpp"
 
+#include <fmt/format.h>
+
 #include <pqxx/pqxx>
 
 #include "outbox/uuid.hpp"
@@ -7,20 +9,30 @@
 
 namespace sagaflow::outbox {
 
-std::string Enqueue(pqxx::transaction_base& tx, const std::string& topic, const std::string& key, CloudEvent event) {
+OutboxRow MakeOutboxRow(
+    const std::string& topic, const std::string& key, CloudEvent event, int first, const std::string& from) {
     if (event.id.empty()) event.id = NewUuidV7();
     if (event.time.empty()) event.time = NowRfc3339();
     const nlohmann::json headers{{"content-type", kCloudEventsContentType}};
-    store::Exec(
-        tx,
-        "INSERT INTO outbox (event_id, topic, message_key, headers, payload) VALUES ($1::uuid, $2, $3, $4::jsonb, "
-        "$5::jsonb) ON CONFLICT (event_id) DO NOTHING",
-        event.id,
-        topic,
-        key,
-        headers.dump(),
-        event.ToJson().dump());
-    return event.id;
+    OutboxRow row;
+    row.sql = fmt::format(
+        "INSERT INTO outbox (event_id, topic, message_key, headers, payload) SELECT ${}::uuid, ${}, ${}, ${}::jsonb, "
+        "${}::jsonb{} ON CONFLICT (event_id) DO NOTHING",
+        first,
+        first + 1,
+        first + 2,
+        first + 3,
+        first + 4,
+        from.empty() ? "" : " FROM " + from);
+    row.params = {event.id, topic, key, headers.dump(), event.ToJson().dump()};
+    row.event_id = event.id;
+    return row;
+}
+
+std::string Enqueue(pqxx::transaction_base& tx, const std::string& topic, const std::string& key, CloudEvent event) {
+    const OutboxRow row = MakeOutboxRow(topic, key, std::move(event), 1);
+    store::Exec(tx, row.sql, row.params[0], row.params[1], row.params[2], row.params[3], row.params[4]);
+    return row.event_id;
 }
 
 bool Rearm(pqxx::transaction_base& tx, const std::string& event_id) {

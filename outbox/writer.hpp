@@ -4,6 +4,7 @@
 
 #include <pqxx/transaction_base>
 #include <string>
+#include <vector>
 
 #include "outbox/event.hpp"
 
@@ -13,6 +14,18 @@ namespace sagaflow::outbox {
 // v7) and time if they are empty. Returns the event id. Enqueueing an id that is already in the
 // outbox changes nothing (the first row stands): a resend reuses its row, see Rearm.
 std::string Enqueue(pqxx::transaction_base& tx, const std::string& topic, const std::string& key, CloudEvent event);
+
+// The outbox row for `event` as an INSERT statement whose parameters are numbered from `first`
+// ($first .. $first+4): a caller writes its own row and the outbox row in ONE statement (one round
+// trip), e.g. "WITH step AS (INSERT ... RETURNING 1) " + sql with from = "step" inserts the outbox row
+// only if the step row was inserted. Mints the event id and time if they are empty.
+struct OutboxRow {
+    std::string sql;
+    std::vector<std::string> params;
+    std::string event_id;
+};
+OutboxRow MakeOutboxRow(
+    const std::string& topic, const std::string& key, CloudEvent event, int first, const std::string& from = "");
 
 // Marks the row of `event_id` for publishing again (a step's resend after a timeout): same row,
 // same event id, same bytes. Returns false if there is no such row.

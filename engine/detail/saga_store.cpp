@@ -239,18 +239,22 @@ Effects Persist(pqxx::transaction_base& tx,
                 event.step_name = step->name;
                 event.phase = phase_text;
                 event.data = RenderTemplate(spec.send, TemplateContext(saga, next));
-                const auto inserted =
-                    store::Exec(tx,
-                                "INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
-                                "deadline_at) VALUES ($1::uuid, $2, $3, 'dispatched', 1, $4::uuid, "
-                                "clock_timestamp() + $5 * interval '1 millisecond') ON CONFLICT DO NOTHING RETURNING 1",
-                                saga.saga_id,
-                                step->name,
-                                phase_text,
-                                event.id,
-                                timeout_ms);
+                // The step row and, only if it is new, the outbox row: one statement, one round trip.
+                const outbox::OutboxRow outbox_row =
+                    outbox::MakeOutboxRow(step->CommandTopic(), saga.saga_id, event, 6, "step");
+                std::vector<std::string> texts{
+                    saga.saga_id, step->name, phase_text, event.id, std::to_string(timeout_ms)};
+                texts.insert(texts.end(), outbox_row.params.begin(), outbox_row.params.end());
+                std::vector<const char*> params;
+                for (const auto& text : texts) params.push_back(text.c_str());
+                const auto inserted = store::Exec(
+                    tx,
+                    "WITH step AS (INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, "
+                    "command_event_id, deadline_at) VALUES ($1::uuid, $2, $3, 'dispatched', 1, $4::uuid, "
+                    "clock_timestamp() + $5::bigint * interval '1 millisecond') ON CONFLICT DO NOTHING RETURNING 1) " +
+                        outbox_row.sql + " RETURNING 1",
+                    pqxx::prepare::make_dynamic_params(params));
                 if (inserted.empty()) continue;  // dispatched before: never twice
-                outbox::Enqueue(tx, step->CommandTopic(), saga.saga_id, event);
                 timeline.push_back({"dispatched", step->name, phase_text, 1, event.id, {{"type", spec.type}}});
             } else {
                 // A resend: the same row, the same event id, the same bytes.
