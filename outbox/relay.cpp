@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 #include <set>
@@ -39,10 +40,17 @@ struct Slot {
 // that has not committed yet holds it until that row is claimed too. Ids that never arrive (a
 // rolled-back insert) or rows held back behind their key would stop it for good, so after
 // `patience` without progress it jumps to the highest id claimed; what it jumped over is found by
-// the full claim that runs every poll interval anyway.
+// the full claim that runs every poll interval anyway, and until then those ids, if they exist,
+// hold back the later rows of their keys.
+constexpr long long kMaxJump = 10'000;
+constexpr auto kJumpMemory = std::chrono::seconds(60);
+
 struct ClaimPosition {
     long long position = 0;     // every id up to here was claimed (or waited for long enough)
     std::set<long long> above;  // ids claimed above the position
+    // Ids the position jumped over (maybe still to come: a transaction that has not committed),
+    // with when. Forgotten once published, or after kJumpMemory (a rolled-back insert never comes).
+    std::map<long long, std::chrono::steady_clock::time_point> jumped;
     std::chrono::steady_clock::time_point stalled_since{};
     bool started = false;
 
@@ -51,6 +59,7 @@ struct ClaimPosition {
                  std::chrono::milliseconds patience) {
         for (const long long id : ids) {
             if (id > position) above.insert(id);
+            jumped.erase(id);
         }
         if (above.empty()) return;
         if (!started) {  // the session's first claim: start just below the first row it took
@@ -70,6 +79,12 @@ struct ClaimPosition {
         if (stalled_since == std::chrono::steady_clock::time_point{}) {
             stalled_since = now;
         } else if (now - stalled_since >= patience) {
+            // (A gap wider than kMaxJump ids is a sequence jump, not transactions in flight.)
+            if (*above.rbegin() - position <= kMaxJump) {
+                for (long long id = position + 1; id < *above.rbegin(); ++id) {
+                    if (above.count(id) == 0) jumped.emplace(id, now);
+                }
+            }
             position = *above.rbegin();
             above.clear();
             stalled_since = {};
@@ -161,21 +176,23 @@ class Relay::Impl {
         const std::string columns =
             "SELECT id, event_id::text, topic, message_key, headers::text, payload::text, attempts FROM outbox o "
             "WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ";
-        // From the first unpublished row; a row waits behind an earlier one of its key that backs off.
-        conn->prepare("claim_full",
-                      columns +
-                          "AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.published_at IS NULL "
-                          "AND b.next_attempt_at IS NOT NULL AND b.message_key = o.message_key AND b.id < o.id) "
-                          "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED");
-        // After the position ($2); a row also waits behind an earlier unpublished one of its key at
-        // or below the position, which only a full claim takes. `b.id + 0` keeps the planner on
-        // the key index: the id index would walk every row published since the last vacuum.
+        // A row waits behind an earlier unpublished row of its key that the relay took before
+        // (backing off, or re-armed: `attempts > 0`). `b.id + 0` keeps the planner on that small
+        // index: the id index would walk every row published since the last vacuum.
+        const std::string held_back =
+            "AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.published_at IS NULL "
+            "AND (b.next_attempt_at IS NOT NULL OR b.attempts > 0) AND b.message_key = o.message_key "
+            "AND b.id + 0 < o.id) ";
+        conn->prepare("claim_full", columns + held_back + "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED");
+        // After the position ($2). Ids the position jumped over ($3, still unpublished when last
+        // seen) hold back the later rows of their keys too, until a full claim publishes them.
         conn->prepare("claim_after",
-                      columns +
-                          "AND o.id > $2 AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.published_at IS NULL "
-                          "AND b.message_key = o.message_key AND b.id + 0 < o.id "
-                          "AND (b.id <= $2 OR b.next_attempt_at IS NOT NULL)) "
+                      columns + held_back +
+                          "AND o.id > $2 AND NOT EXISTS (SELECT 1 FROM outbox j WHERE j.id = ANY($3::bigint[]) "
+                          "AND j.published_at IS NULL AND j.message_key = o.message_key AND j.id < o.id) "
                           "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED");
+        conn->prepare("published_of",
+                      "SELECT id FROM outbox WHERE id = ANY($1::bigint[]) AND published_at IS NOT NULL");
         conn->prepare(
             "mark",
             "UPDATE outbox SET published_at = clock_timestamp(), attempts = attempts + 1 WHERE id = ANY($1::bigint[])");
@@ -211,6 +228,7 @@ class Relay::Impl {
             if (now - last_full_claim >= options_.poll_interval) {
                 after = 0;
                 last_full_claim = now;
+                ForgetPublishedJumps(*conn, now);
             }
             const int published = PublishBatch(*conn, after);
             if (published < 0) {  // rolled back: a new producer, and the same rows again
@@ -258,8 +276,9 @@ class Relay::Impl {
     // producer error, or stopping with deliveries unacknowledged).
     int PublishBatch(pqxx::connection& conn, long long after) {
         pqxx::work tx{conn};
-        const auto rows = after == 0 ? tx.exec_prepared("claim_full", options_.batch_size)
-                                     : tx.exec_prepared("claim_after", options_.batch_size, after);
+        const auto rows = after == 0
+                              ? tx.exec_prepared("claim_full", options_.batch_size)
+                              : tx.exec_prepared("claim_after", options_.batch_size, after, JumpedArray(position_));
         if (rows.empty()) {
             tx.commit();
             return 0;
@@ -367,6 +386,24 @@ class Relay::Impl {
         position_.Claimed(claimed, std::chrono::steady_clock::now(), options_.poll_interval);
         metrics_.published += marked;
         return static_cast<int>(rows.size());
+    }
+
+    static std::string JumpedArray(const ClaimPosition& position) {
+        std::string text = "{";
+        for (const auto& [id, since] : position.jumped) text += (text.size() > 1 ? "," : "") + std::to_string(id);
+        return text + "}";
+    }
+
+    // Forgets the jumped-over ids that were published (by a full claim) or are older than
+    // kJumpMemory (a rolled-back insert leaves an id that never comes; a transaction open that long
+    // with an outbox row is past what the order guarantee covers).
+    void ForgetPublishedJumps(pqxx::connection& conn, std::chrono::steady_clock::time_point now) {
+        if (position_.jumped.empty()) return;
+        pqxx::nontransaction tx{conn};
+        for (const auto& row : tx.exec_prepared("published_of", JumpedArray(position_))) {
+            position_.jumped.erase(row[0].as<long long>());
+        }
+        std::erase_if(position_.jumped, [&](const auto& entry) { return now - entry.second > kJumpMemory; });
     }
 
     void SleepUnlessStopping(std::chrono::milliseconds duration) {
