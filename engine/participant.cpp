@@ -331,14 +331,13 @@ class Participant::Impl {
                                        data.dump(),
                                        row.event_id};
         texts.insert(texts.end(), row.params.begin(), row.params.end());
-        std::vector<const char*> params;
-        for (const auto& text : texts) params.push_back(text.c_str());
-        store::Exec(tx,
-                    "WITH reply AS (" + row.sql +
-                        ") INSERT INTO participant_step (saga_id, step_name, phase, command_type, command_event_id, "
-                        "status, reply, reply_event_id) VALUES ($1::uuid, $2, $3, $4, $5::uuid, $6, $7::jsonb, "
-                        "$8::uuid)",
-                    pqxx::prepare::make_dynamic_params(params));
+        store::ExecTexts(
+            tx,
+            "WITH reply AS (" + row.sql +
+                ") INSERT INTO participant_step (saga_id, step_name, phase, command_type, command_event_id, "
+                "status, reply, reply_event_id) VALUES ($1::uuid, $2, $3, $4, $5::uuid, $6, $7::jsonb, "
+                "$8::uuid)",
+            texts);
     }
 
     ParticipantConfig config_;

@@ -51,6 +51,13 @@ struct ClaimPosition {
     // Ids the position jumped over (maybe still to come: a transaction that has not committed),
     // with when. Forgotten once published, or after kJumpMemory (a rolled-back insert never comes).
     std::map<long long, std::chrono::steady_clock::time_point> jumped;
+
+    std::vector<long long> JumpedIds() const {
+        std::vector<long long> ids;
+        ids.reserve(jumped.size());
+        for (const auto& [id, since] : jumped) ids.push_back(id);
+        return ids;
+    }
     std::chrono::steady_clock::time_point stalled_since{};
     bool started = false;
 
@@ -276,9 +283,9 @@ class Relay::Impl {
     // producer error, or stopping with deliveries unacknowledged).
     int PublishBatch(pqxx::connection& conn, long long after) {
         pqxx::work tx{conn};
-        const auto rows = after == 0
-                              ? tx.exec_prepared("claim_full", options_.batch_size)
-                              : tx.exec_prepared("claim_after", options_.batch_size, after, JumpedArray(position_));
+        const auto rows =
+            after == 0 ? tx.exec_prepared("claim_full", options_.batch_size)
+                       : tx.exec_prepared("claim_after", options_.batch_size, after, IdArray(position_.JumpedIds()));
         if (rows.empty()) {
             tx.commit();
             return 0;
@@ -361,10 +368,10 @@ class Relay::Impl {
             producer_.reset();
             return -1;
         }
-        std::string delivered = "{";
+        std::vector<long long> delivered;
         for (const auto& slot : slots) {
             if (slot.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-                delivered += (delivered.size() > 1 ? "," : "") + std::to_string(slot.id);
+                delivered.push_back(slot.id);
             } else if (slot.err != kPending) {
                 const double backoff = std::min(
                     static_cast<double>(options_.max_backoff.count()),
@@ -377,8 +384,7 @@ class Relay::Impl {
                              backoff / 1000.0);
             }
         }
-        delivered += "}";
-        const auto marked = tx.exec_prepared("mark", delivered).affected_rows();
+        const auto marked = tx.exec_prepared("mark", IdArray(delivered)).affected_rows();
         tx.commit();
         std::vector<long long> claimed;
         claimed.reserve(slots.size());
@@ -388,9 +394,10 @@ class Relay::Impl {
         return static_cast<int>(rows.size());
     }
 
-    static std::string JumpedArray(const ClaimPosition& position) {
+    // A PostgreSQL bigint[] literal.
+    static std::string IdArray(const std::vector<long long>& ids) {
         std::string text = "{";
-        for (const auto& [id, since] : position.jumped) text += (text.size() > 1 ? "," : "") + std::to_string(id);
+        for (const long long id : ids) text += (text.size() > 1 ? "," : "") + std::to_string(id);
         return text + "}";
     }
 
@@ -400,7 +407,7 @@ class Relay::Impl {
     void ForgetPublishedJumps(pqxx::connection& conn, std::chrono::steady_clock::time_point now) {
         if (position_.jumped.empty()) return;
         pqxx::nontransaction tx{conn};
-        for (const auto& row : tx.exec_prepared("published_of", JumpedArray(position_))) {
+        for (const auto& row : tx.exec_prepared("published_of", IdArray(position_.JumpedIds()))) {
             position_.jumped.erase(row[0].as<long long>());
         }
         std::erase_if(position_.jumped, [&](const auto& entry) { return now - entry.second > kJumpMemory; });

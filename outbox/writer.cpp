@@ -31,7 +31,7 @@ OutboxRow MakeOutboxRow(
 
 std::string Enqueue(pqxx::transaction_base& tx, const std::string& topic, const std::string& key, CloudEvent event) {
     const OutboxRow row = MakeOutboxRow(topic, key, std::move(event), 1);
-    store::Exec(tx, row.sql, row.params[0], row.params[1], row.params[2], row.params[3], row.params[4]);
+    store::ExecTexts(tx, row.sql, row.params);
     return row.event_id;
 }
 

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <functional>
+#include <pqxx/prepared_statement>
+#include <pqxx/transaction_base>
 
 namespace sagaflow::store {
 
@@ -12,6 +14,13 @@ std::string PreparedName(pqxx::connection_base& conn, const std::string& sql) {
     // the statement reaches the server on its first use (and again after a reconnect).
     conn.prepare(name, sql);
     return name;
+}
+
+pqxx::result ExecTexts(pqxx::transaction_base& tx, const std::string& sql, const std::vector<std::string>& params) {
+    std::vector<const char*> pointers;
+    pointers.reserve(params.size());
+    for (const auto& param : params) pointers.push_back(param.c_str());
+    return Exec(tx, sql, pqxx::prepare::make_dynamic_params(pointers));
 }
 
 }  // namespace sagaflow::store

@@ -13,6 +13,7 @@
 #include <pqxx/transaction_base>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace sagaflow::store {
 
@@ -23,5 +24,9 @@ template <typename... Args>
 pqxx::result Exec(pqxx::transaction_base& tx, const std::string& sql, Args&&... args) {
     return tx.exec_prepared(PreparedName(tx.conn(), sql), std::forward<Args>(args)...);
 }
+
+// The same with parameters built at run time (statements assembled from parts, e.g. a caller's row
+// and an outbox row in one statement). An empty string binds as text, not NULL.
+pqxx::result ExecTexts(pqxx::transaction_base& tx, const std::string& sql, const std::vector<std::string>& params);
 
 }  // namespace sagaflow::store

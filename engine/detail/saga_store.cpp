@@ -245,15 +245,13 @@ Effects Persist(pqxx::transaction_base& tx,
                 std::vector<std::string> texts{
                     saga.saga_id, step->name, phase_text, event.id, std::to_string(timeout_ms)};
                 texts.insert(texts.end(), outbox_row.params.begin(), outbox_row.params.end());
-                std::vector<const char*> params;
-                for (const auto& text : texts) params.push_back(text.c_str());
-                const auto inserted = store::Exec(
+                const auto inserted = store::ExecTexts(
                     tx,
                     "WITH step AS (INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, "
                     "command_event_id, deadline_at) VALUES ($1::uuid, $2, $3, 'dispatched', 1, $4::uuid, "
                     "clock_timestamp() + $5::bigint * interval '1 millisecond') ON CONFLICT DO NOTHING RETURNING 1) " +
                         outbox_row.sql + " RETURNING 1",
-                    pqxx::prepare::make_dynamic_params(params));
+                    texts);
                 if (inserted.empty()) continue;  // dispatched before: never twice
                 timeline.push_back({"dispatched", step->name, phase_text, 1, event.id, {{"type", spec.type}}});
             } else {

@@ -173,23 +173,13 @@ TEST_CASE("an internal error is not stored: the client's retry with the same key
     Rig rig;
     auto engine = HttpEngine(rig);
     const int port = engine->HttpPort();
-    {
-        pqxx::connection conn{rig.db.Url()};
-        pqxx::work tx{conn};
-        tx.exec("ALTER TABLE saga_instance RENAME TO saga_instance_away");
-        tx.commit();
-    }
+    testing::Execute(rig.db.Url(), "ALTER TABLE saga_instance RENAME TO saga_instance_away");
     const auto failed = Post(port, "k", R"({"item":"e"})");
     CHECK(failed.status == 500);
     CHECK(ProblemType(failed) == "internal-error");
     CHECK(failed.body.find("saga_instance") == std::string::npos);  // no internals, no stack trace
     CHECK(Count(rig.db.Url(), "SELECT count(*) FROM idempotency_record") == 0);
-    {
-        pqxx::connection conn{rig.db.Url()};
-        pqxx::work tx{conn};
-        tx.exec("ALTER TABLE saga_instance_away RENAME TO saga_instance");
-        tx.commit();
-    }
+    testing::Execute(rig.db.Url(), "ALTER TABLE saga_instance_away RENAME TO saga_instance");
     const auto retried = Post(port, "k", R"({"item":"e"})");
     CHECK(retried.status == 201);
     CHECK(retried.Header("idempotent-replayed").empty());

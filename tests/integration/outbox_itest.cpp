@@ -159,12 +159,7 @@ TEST_CASE("a row that commits late and a re-armed row go out before the later ro
 TEST_CASE("the consumer applies each event once, moves malformed and poison records to the DLQ, and goes on") {
     ScratchDatabase db;
     store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
-    {
-        pqxx::connection conn{db.Url()};
-        pqxx::work tx{conn};
-        tx.exec("CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL)");
-        tx.commit();
-    }
+    testing::Execute(db.Url(), "CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL)");
     const std::string brokers = KafkaBrokers();
     const std::string topic = UniqueName("commands");
     testing::CreateTopic(brokers, topic, 2);

@@ -83,6 +83,13 @@ long long Count(const std::string& url, const std::string& sql) {
     return tx.exec1(sql)[0].as<long long>();
 }
 
+void Execute(const std::string& url, const std::string& sql) {
+    pqxx::connection conn{url};
+    pqxx::work tx{conn};
+    tx.exec(sql);
+    tx.commit();
+}
+
 bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout) {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {

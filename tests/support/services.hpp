@@ -44,6 +44,9 @@ void CreateTopic(const std::string& brokers, const std::string& topic, int parti
 // The single number `sql` returns, read on a connection of its own.
 long long Count(const std::string& url, const std::string& sql);
 
+// Runs `sql` in a transaction of its own and commits (test setup: DDL, damage, repairs).
+void Execute(const std::string& url, const std::string& sql);
+
 // Polls `done` every 100 ms until it holds or `timeout` passes; returns its last answer.
 bool WaitFor(const std::function<bool()>& done, std::chrono::seconds timeout);
 
