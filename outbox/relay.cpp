@@ -4,8 +4,9 @@
 
 #include <array>
 #include <cmath>
-#include <map>
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <pqxx/pqxx>
 #include <set>
 #include <unordered_set>
@@ -36,41 +37,56 @@ struct Slot {
 // Where the relay's claims start. Under load, a claim that scans the outbox from its first
 // unpublished row walks the index entries of every row published since the last vacuum (about
 // 1 ms and 500-700 buffers per claim, measured); a claim after the position touches only new rows.
-// The position moves over ids the relay has claimed, one by one, so an id taken by a transaction
-// that has not committed yet holds it until that row is claimed too. Ids that never arrive (a
-// rolled-back insert) or rows held back behind their key would stop it for good, so after
-// `patience` without progress it jumps to the highest id claimed; what it jumped over is found by
-// the full claim that runs every poll interval anyway, and until then those ids, if they exist,
-// hold back the later rows of their keys.
-constexpr long long kMaxJump = 10'000;
-constexpr auto kJumpMemory = std::chrono::seconds(60);
+//
+// A claim after the position is safe only if no row at or below it can still turn up unclaimed:
+// such a row (its transaction committed after the position passed its id, or it was held back
+// behind its key) would go out after the later rows of its key. So the position moves over ids
+// the relay has claimed, one by one; an id it has not seen (a transaction not committed yet, a
+// rolled-back insert) holds it. After `patience` without progress it jumps to the highest id
+// claimed, and the ids it jumped over become the suspect range, together with the snapshot's
+// xmax: every transaction that can still commit a row in the range has an xid below it (the
+// range's ids were taken before the claim that saw a higher id). The session's first claim does
+// the same with everything below its first row. While a suspect range exists every claim is a full
+// claim (from the first unpublished row, in id order: a late row goes out before the later rows
+// of its key); the range is cleared once the oldest running transaction is younger than its xmax
+// and nothing in it waits unpublished, except rows that hold back their keys by themselves
+// (index outbox_held).
+struct SuspectRange {
+    long long lo = 0;
+    long long hi = 0;
+    std::uint64_t xmax = 0;
+};
 
 struct ClaimPosition {
-    long long position = 0;     // every id up to here was claimed (or waited for long enough)
+    long long position = 0;     // every id up to here was claimed, or is in the suspect range
     std::set<long long> above;  // ids claimed above the position
-    // Ids the position jumped over (maybe still to come: a transaction that has not committed),
-    // with when. Forgotten once published, or after kJumpMemory (a rolled-back insert never comes).
-    std::map<long long, std::chrono::steady_clock::time_point> jumped;
-
-    std::vector<long long> JumpedIds() const {
-        std::vector<long long> ids;
-        ids.reserve(jumped.size());
-        for (const auto& [id, since] : jumped) ids.push_back(id);
-        return ids;
-    }
+    std::optional<SuspectRange> suspect;
     std::chrono::steady_clock::time_point stalled_since{};
     bool started = false;
 
+    void AddSuspect(long long lo, long long hi, std::uint64_t xmax) {
+        if (lo > hi) return;
+        if (!suspect) {
+            suspect = SuspectRange{lo, hi, xmax};
+            return;
+        }
+        suspect->lo = std::min(suspect->lo, lo);
+        suspect->hi = std::max(suspect->hi, hi);
+        suspect->xmax = std::max(suspect->xmax, xmax);
+    }
+
+    // `ids`: the rows a claim took; `xmax`: its snapshot's xmax.
     void Claimed(const std::vector<long long>& ids,
+                 std::uint64_t xmax,
                  std::chrono::steady_clock::time_point now,
                  std::chrono::milliseconds patience) {
         for (const long long id : ids) {
             if (id > position) above.insert(id);
-            jumped.erase(id);
         }
         if (above.empty()) return;
-        if (!started) {  // the session's first claim: start just below the first row it took
+        if (!started) {  // the session's first claim: below its first row, rows may still commit
             position = *above.begin() - 1;
+            AddSuspect(1, position, xmax);
             started = true;
         }
         bool moved = false;
@@ -86,12 +102,7 @@ struct ClaimPosition {
         if (stalled_since == std::chrono::steady_clock::time_point{}) {
             stalled_since = now;
         } else if (now - stalled_since >= patience) {
-            // (A gap wider than kMaxJump ids is a sequence jump, not transactions in flight.)
-            if (*above.rbegin() - position <= kMaxJump) {
-                for (long long id = position + 1; id < *above.rbegin(); ++id) {
-                    if (above.count(id) == 0) jumped.emplace(id, now);
-                }
-            }
+            AddSuspect(position + 1, *above.rbegin() - 1, xmax);
             position = *above.rbegin();
             above.clear();
             stalled_since = {};
@@ -180,9 +191,11 @@ class Relay::Impl {
         // them as the table grew: measured at 0.7-1.5 ms per mark under load, the largest
         // database cost of a saga. With this the plans stay on the indexes whatever the statistics.
         pqxx::nontransaction{*conn}.exec("SET enable_seqscan = off");
+        // Each row also carries the claim's snapshot xmax (a suspect range's bound, see ClaimPosition).
         const std::string columns =
-            "SELECT id, event_id::text, topic, message_key, headers::text, payload::text, attempts FROM outbox o "
-            "WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ";
+            "SELECT id, event_id::text, topic, message_key, headers::text, payload::text, attempts, "
+            "pg_snapshot_xmax(pg_current_snapshot())::text "
+            "FROM outbox o WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ";
         // A row waits behind an earlier unpublished row of its key that the relay took before
         // (backing off, or re-armed: `attempts > 0`). `b.id + 0` keeps the planner on that small
         // index: the id index would walk every row published since the last vacuum.
@@ -191,15 +204,13 @@ class Relay::Impl {
             "AND (b.next_attempt_at IS NOT NULL OR b.attempts > 0) AND b.message_key = o.message_key "
             "AND b.id + 0 < o.id) ";
         conn->prepare("claim_full", columns + held_back + "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED");
-        // After the position ($2). Ids the position jumped over ($3, still unpublished when last
-        // seen) hold back the later rows of their keys too, until a full claim publishes them.
-        conn->prepare("claim_after",
-                      columns + held_back +
-                          "AND o.id > $2 AND NOT EXISTS (SELECT 1 FROM outbox j WHERE j.id = ANY($3::bigint[]) "
-                          "AND j.published_at IS NULL AND j.message_key = o.message_key AND j.id < o.id) "
-                          "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED");
-        conn->prepare("published_of",
-                      "SELECT id FROM outbox WHERE id = ANY($1::bigint[]) AND published_at IS NOT NULL");
+        conn->prepare("claim_after", columns + held_back + "AND o.id > $2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED");
+        // Whether the transactions that could commit into the suspect range have all ended, and a
+        // row of it still waits that does not hold back its key by itself (one snapshot for both).
+        conn->prepare("suspect_open",
+                      "SELECT pg_snapshot_xmin(pg_current_snapshot()) < $3::text::xid8 OR EXISTS (SELECT 1 FROM "
+                      "outbox WHERE id BETWEEN $1 AND $2 AND published_at IS NULL AND next_attempt_at IS NULL "
+                      "AND attempts = 0)");
         conn->prepare(
             "mark",
             "UPDATE outbox SET published_at = clock_timestamp(), attempts = attempts + 1 WHERE id = ANY($1::bigint[])");
@@ -228,20 +239,18 @@ class Relay::Impl {
             const long long covered = wakeups.highest;
             wakeups.unreadable = false;
             // A full claim (from the first unpublished row) every poll interval finds what a
-            // claim after the position cannot see: re-armed rows, rows whose backoff ended, rows
-            // that committed later than the patience allowed. In between, claims start after it.
+            // claim after the position cannot see: re-armed rows and rows whose backoff ended. While
+            // a suspect range exists every claim is a full one. In between, claims start after it.
             const auto now = std::chrono::steady_clock::now();
-            long long after = position_.position;
-            if (now - last_full_claim >= options_.poll_interval) {
-                after = 0;
-                last_full_claim = now;
-                ForgetPublishedJumps(*conn, now);
-            }
-            const int published = PublishBatch(*conn, after);
+            const bool full =
+                position_.suspect || !position_.started || now - last_full_claim >= options_.poll_interval;
+            if (full) last_full_claim = now;
+            const int published = PublishBatch(*conn, full ? 0 : position_.position);
             if (published < 0) {  // rolled back: a new producer, and the same rows again
                 SleepUnlessStopping(options_.initial_backoff);
                 continue;
             }
+            if (full && position_.suspect && published < options_.batch_size) ClearSuspect(*conn);
             if (published >= options_.batch_size) continue;  // more may be waiting
             // Idle: wait for a NOTIFY of a row this claim did not see, in slices so Stop() is seen
             // quickly.
@@ -283,9 +292,8 @@ class Relay::Impl {
     // producer error, or stopping with deliveries unacknowledged).
     int PublishBatch(pqxx::connection& conn, long long after) {
         pqxx::work tx{conn};
-        const auto rows =
-            after == 0 ? tx.exec_prepared("claim_full", options_.batch_size)
-                       : tx.exec_prepared("claim_after", options_.batch_size, after, IdArray(position_.JumpedIds()));
+        const auto rows = after == 0 ? tx.exec_prepared("claim_full", options_.batch_size)
+                                     : tx.exec_prepared("claim_after", options_.batch_size, after);
         if (rows.empty()) {
             tx.commit();
             return 0;
@@ -386,10 +394,16 @@ class Relay::Impl {
         }
         const auto marked = tx.exec_prepared("mark", IdArray(delivered)).affected_rows();
         tx.commit();
+        // A row skipped behind a failed row of its key was not claimed: it holds the position.
         std::vector<long long> claimed;
         claimed.reserve(slots.size());
-        for (const auto& slot : slots) claimed.push_back(slot.id);
-        position_.Claimed(claimed, std::chrono::steady_clock::now(), options_.poll_interval);
+        for (const auto& slot : slots) {
+            if (slot.err != kPending) claimed.push_back(slot.id);
+        }
+        position_.Claimed(claimed,
+                          std::stoull(rows[0][7].as<std::string>()),
+                          std::chrono::steady_clock::now(),
+                          options_.poll_interval);
         metrics_.published += marked;
         return static_cast<int>(rows.size());
     }
@@ -401,16 +415,13 @@ class Relay::Impl {
         return text + "}";
     }
 
-    // Forgets the jumped-over ids that were published (by a full claim) or are older than
-    // kJumpMemory (a rolled-back insert leaves an id that never comes; a transaction open that long
-    // with an outbox row is past what the order guarantee covers).
-    void ForgetPublishedJumps(pqxx::connection& conn, std::chrono::steady_clock::time_point now) {
-        if (position_.jumped.empty()) return;
+    // Clears the suspect range after a full claim that took everything it could (see ClaimPosition).
+    void ClearSuspect(pqxx::connection& conn) {
+        const auto& range = *position_.suspect;
         pqxx::nontransaction tx{conn};
-        for (const auto& row : tx.exec_prepared("published_of", IdArray(position_.JumpedIds()))) {
-            position_.jumped.erase(row[0].as<long long>());
+        if (!tx.exec_prepared1("suspect_open", range.lo, range.hi, std::to_string(range.xmax))[0].as<bool>()) {
+            position_.suspect.reset();
         }
-        std::erase_if(position_.jumped, [&](const auto& entry) { return now - entry.second > kJumpMemory; });
     }
 
     void SleepUnlessStopping(std::chrono::milliseconds duration) {

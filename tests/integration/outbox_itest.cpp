@@ -156,6 +156,50 @@ TEST_CASE("a row that commits late and a re-armed row go out before the later ro
     CHECK(testing::AuditEventStream(records).changed_duplicates == 0);
 }
 
+TEST_CASE("a row that commits after the relay's first claim took later ids goes out before the later rows of its key") {
+    // The relay's first claim cannot know which lower ids are still to commit; their rows must
+    // still go out before the rows of their keys that commit after them.
+    ScratchDatabase db;
+    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+    const std::string topic = UniqueName("relay-first");
+    testing::CreateTopic(KafkaBrokers(), topic, 1);
+    const auto commit_rows = [&](const std::string& key, int from, int count) {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        for (int seq = from; seq < from + count; ++seq) outbox::Enqueue(tx, topic, key, TestEvent({{"seq", seq}}));
+        tx.commit();
+    };
+    const auto unpublished = [&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL"); };
+    constexpr int kRounds = 5;
+    // Open transactions, each with a row; their ids come before the row the relay claims first.
+    std::vector<std::unique_ptr<pqxx::connection>> conns;
+    std::vector<std::unique_ptr<pqxx::work>> open;
+    for (int round = 0; round < kRounds; ++round) {
+        conns.push_back(std::make_unique<pqxx::connection>(db.Url()));
+        open.push_back(std::make_unique<pqxx::work>(*conns.back()));
+        outbox::Enqueue(*open.back(), topic, "open" + std::to_string(round), TestEvent({{"seq", 0}}));
+    }
+    commit_rows("other", 0, 1);
+    outbox::Relay relay{RelayFor(db.Url())};
+    relay.Start();
+    REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
+    for (int round = 0; round < kRounds; ++round) {  // commit, then at once a later row of the key
+        open[static_cast<std::size_t>(round)]->commit();
+        commit_rows("open" + std::to_string(round), 1, 2);
+        std::this_thread::sleep_for(std::chrono::milliseconds(70));
+    }
+    REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
+    relay.Stop();
+
+    const auto records = testing::ReadTopic(KafkaBrokers(), topic, 1 + 3 * kRounds, std::chrono::seconds(60));
+    REQUIRE(records.size() == static_cast<std::size_t>(1 + 3 * kRounds));
+    std::map<std::string, std::string> seqs;  // key: its rows' seq in topic order
+    for (const auto& record : records) {
+        seqs[record.key] += std::to_string(nlohmann::json::parse(record.value).at("data").at("seq").get<int>());
+    }
+    for (int round = 0; round < kRounds; ++round) CHECK(seqs["open" + std::to_string(round)] == "012");
+}
+
 TEST_CASE("the consumer applies each event once, moves malformed and poison records to the DLQ, and goes on") {
     ScratchDatabase db;
     store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
