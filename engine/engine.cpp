@@ -216,7 +216,9 @@ class Engine::Impl {
             for (const auto& [key, value] : config_.consumer_properties) consumer_options.properties[key] = value;
             if (config_.static_membership) consumer_options.properties["group.instance.id"] = config_.instance_id;
             parts_.StartConsumer(consumer_options,
-                                 [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnReply(tx, in); });
+                                 [this](pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events) {
+                                     OnReplies(tx, events);
+                                 });
 
             const auto active = parts_.pool->RunBlocking([](pqxx::connection& conn) {
                 pqxx::read_transaction tx{conn};
@@ -556,7 +558,21 @@ class Engine::Impl {
 
     // --- replies (consumer thread, inside the inbox transaction) ------------------------------------
 
-    void OnReply(pqxx::work& tx, const outbox::InboundEvent& in) {
+    // A batch of replies: their sagas are locked and loaded with two statements, in saga id order.
+    void OnReplies(pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events) {
+        std::vector<std::string> ids;
+        for (const outbox::InboundEvent* in : events) {
+            if (store::IsUuid(in->event.saga_id)) ids.push_back(in->event.saga_id);
+        }
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        auto locked = detail::LockSagas(tx, ids, LockMode::kWait);
+        for (const outbox::InboundEvent* in : events) OnReply(tx, *in, locked);
+    }
+
+    // `locked`: sagas locked and loaded for this reply's batch; taken from it once (a second reply
+    // of the same saga in the batch reads what the first one wrote).
+    void OnReply(pqxx::work& tx, const outbox::InboundEvent& in, std::map<std::string, LoadedSaga>& locked) {
         const outbox::CloudEvent& e = in.event;
         const std::string outcome_text = e.data.is_object() ? e.data.value("outcome", std::string()) : std::string();
         const auto ignore = [&](const std::string& saga_id, const std::string& why) {
@@ -584,7 +600,13 @@ class Engine::Impl {
         } else {
             return ignore({}, "data.outcome must be success, failure or retry, not '" + outcome_text + "'");
         }
-        auto saga = detail::LockSaga(tx, e.saga_id, LockMode::kWait);
+        std::optional<LoadedSaga> saga;
+        if (const auto it = locked.find(e.saga_id); it != locked.end()) {
+            saga = std::move(it->second);
+            locked.erase(it);
+        } else {
+            saga = detail::LockSaga(tx, e.saga_id, LockMode::kWait);
+        }
         if (!saga) return ignore({}, "no saga " + e.saga_id);
         const auto definition = Definition(tx, saga->saga_type, saga->definition_hash);
         const machine::StepPhaseState* current = saga->state.Find(e.step_name, *phase);

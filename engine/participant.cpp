@@ -169,7 +169,9 @@ class Participant::Impl {
         options.properties = config_.kafka_properties;
         for (const auto& [key, value] : config_.consumer_properties) options.properties[key] = value;
         options.on_duplicate = [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnCommand(tx, in); };
-        parts_.StartConsumer(options, [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnCommand(tx, in); });
+        parts_.StartConsumer(options, [this](pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events) {
+            for (const outbox::InboundEvent* in : events) OnCommand(tx, *in);
+        });
         spdlog::info("participant {}: consuming {}", config_.name, commands);
     }
 

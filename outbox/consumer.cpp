@@ -30,7 +30,7 @@ class Consumer::Impl {
   public:
     Impl(store::ConnectionPool& pool,
          ConsumerOptions options,
-         EventHandler handler,
+         BatchHandler handler,
          ConsumerMetrics& metrics,
          std::atomic<bool>& stopping)
         : pool_(pool),
@@ -170,21 +170,33 @@ class Consumer::Impl {
         }
     }
 
+    // Fresh events go to the handler in runs; a duplicate between them is answered in its place
+    // (a participant's stored reply must follow the first delivery's).
     void ApplyInTransaction(pqxx::work& tx, std::vector<Record>& batch, const std::vector<std::string>& ids) {
         const auto fresh_ids = store::GuardDisabled("inbox") ? ids : store::InboxFreshIds(tx, options_.inbox_name, ids);
         std::set<std::string> fresh(fresh_ids.begin(), fresh_ids.end());
+        std::vector<const InboundEvent*> run;
         std::uint64_t applied = 0;
         std::uint64_t duplicates = 0;
+        const auto flush = [&] {
+            if (run.empty()) return;
+            handler_(tx, run);
+            applied += run.size();
+            run.clear();
+        };
         for (auto& record : batch) {
             if (!record.inbound) continue;
             if (fresh.erase(record.inbound->event.id) == 0) {  // seen before, or twice in this batch
                 ++duplicates;
-                if (options_.on_duplicate) options_.on_duplicate(tx, *record.inbound);
+                if (options_.on_duplicate) {
+                    flush();
+                    options_.on_duplicate(tx, *record.inbound);
+                }
                 continue;
             }
-            handler_(tx, *record.inbound);
-            ++applied;
+            run.push_back(&*record.inbound);
         }
+        flush();
         metrics_.applied += applied;
         metrics_.duplicates += duplicates;
     }
@@ -196,7 +208,7 @@ class Consumer::Impl {
             if (options_.on_duplicate) options_.on_duplicate(tx, *record.inbound);
             return;
         }
-        handler_(tx, *record.inbound);
+        handler_(tx, {&*record.inbound});
         ++metrics_.applied;
     }
 
@@ -291,7 +303,7 @@ class Consumer::Impl {
 
     store::ConnectionPool& pool_;
     ConsumerOptions options_;
-    EventHandler handler_;
+    BatchHandler handler_;
     ConsumerMetrics& metrics_;
     std::atomic<bool>& stopping_;
     detail::ClientPtr consumer_;
@@ -300,6 +312,14 @@ class Consumer::Impl {
 };
 
 Consumer::Consumer(store::ConnectionPool& pool, ConsumerOptions options, EventHandler handler)
+    : Consumer(
+          pool,
+          std::move(options),
+          BatchHandler([handler = std::move(handler)](pqxx::work& tx, const std::vector<const InboundEvent*>& events) {
+              for (const InboundEvent* event : events) handler(tx, *event);
+          })) {}
+
+Consumer::Consumer(store::ConnectionPool& pool, ConsumerOptions options, BatchHandler handler)
     : impl_(std::make_unique<Impl>(pool, std::move(options), std::move(handler), metrics_, stopping_)) {}
 
 Consumer::~Consumer() {

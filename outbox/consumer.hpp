@@ -40,6 +40,9 @@ struct InboundEvent {
 // Runs inside the inbox transaction: its writes, the inbox record and any outbox rows it enqueues
 // commit together. Throwing rolls all of them back.
 using EventHandler = std::function<void(pqxx::work& tx, const InboundEvent& event)>;
+// The same for several events at once, in their order on the topic: a handler that reads per event
+// can read for all of them with one statement (the engine locks and loads a batch's sagas in two).
+using BatchHandler = std::function<void(pqxx::work& tx, const std::vector<const InboundEvent*>& events)>;
 
 struct ConsumerOptions {
     std::string brokers;
@@ -58,6 +61,7 @@ struct ConsumerOptions {
 class Consumer {
   public:
     Consumer(store::ConnectionPool& pool, ConsumerOptions options, EventHandler handler);
+    Consumer(store::ConnectionPool& pool, ConsumerOptions options, BatchHandler handler);
     ~Consumer();
     Consumer(const Consumer&) = delete;
     Consumer& operator=(const Consumer&) = delete;

@@ -23,7 +23,7 @@ void Runtime::StartRelay(const std::string& url,
     relay->Start();
 }
 
-void Runtime::StartConsumer(outbox::ConsumerOptions options, outbox::EventHandler handler) {
+void Runtime::StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandler handler) {
     consumer = std::make_unique<outbox::Consumer>(*pool, std::move(options), std::move(handler));
     consumer->Start();
 }

@@ -19,7 +19,7 @@ struct Runtime {
     // A pool whose connections have the inbox statements prepared.
     void StartPool(const std::string& url, int size);
     void StartRelay(const std::string& url, const std::string& brokers, const outbox::KafkaProperties& properties);
-    void StartConsumer(outbox::ConsumerOptions options, outbox::EventHandler handler);
+    void StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandler handler);
     void Stop();
 };
 

@@ -91,42 +91,67 @@ void Earliest(Effects& effects, std::chrono::milliseconds delay) {
 
 }  // namespace
 
-std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode) {
+std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
+                                            const std::vector<std::string>& saga_ids,
+                                            LockMode mode) {
+    std::map<std::string, LoadedSaga> sagas;
+    if (saga_ids.empty()) return sagas;
+    std::string ids = "{";  // a uuid[] literal: the callers pass checked uuids
+    for (const auto& id : saga_ids) ids += (ids.size() > 1 ? "," : "") + id;
+    ids += "}";
+    // Locked in key order, so two engines locking overlapping batches cannot deadlock. The steps
+    // are read by a second statement: one joined to the locking one would see them as of before a
+    // lock wait.
     const std::string lock = mode == LockMode::kWait ? " FOR UPDATE" : " FOR UPDATE SKIP LOCKED";
-    const auto rows = store::Exec(tx,
-                                  "SELECT saga_type, definition_hash, status, current_step, input::text, data::text, "
-                                  "coalesce(parked_reason, '') FROM saga_instance WHERE saga_id = $1::uuid" +
-                                      lock,
-                                  saga_id);
-    if (rows.empty()) return std::nullopt;
-    LoadedSaga saga;
-    saga.saga_id = saga_id;
-    saga.saga_type = rows[0][0].as<std::string>();
-    saga.definition_hash = rows[0][1].as<std::string>();
-    const auto status = ParseSagaStatus(rows[0][2].as<std::string>());
-    if (!status) throw std::runtime_error("saga " + saga_id + " has an unknown status " + rows[0][2].c_str());
-    saga.state.status = *status;
-    saga.state.current_step = rows[0][3].as<std::size_t>();
-    saga.input = ParseJson(rows[0][4]);
-    saga.state.data = ParseJson(rows[0][5]);
-    saga.state.parked_reason = rows[0][6].as<std::string>();
-    const auto steps =
+    const auto rows =
         store::Exec(tx,
-                    "SELECT step_name, phase, status, attempt, reply::text, next_attempt_at IS NOT NULL, "
-                    "command_event_id::text FROM saga_step WHERE saga_id = $1::uuid ORDER BY dispatched_at, phase",
-                    saga_id);
+                    "SELECT saga_id::text, saga_type, definition_hash, status, current_step, input::text, "
+                    "data::text, coalesce(parked_reason, '') FROM saga_instance WHERE saga_id = "
+                    "ANY($1::uuid[]) ORDER BY saga_id" +
+                        lock,
+                    ids);
+    if (rows.empty()) return sagas;
+    std::string locked = "{";
+    for (const auto& row : rows) {
+        LoadedSaga saga;
+        saga.saga_id = row[0].as<std::string>();
+        saga.saga_type = row[1].as<std::string>();
+        saga.definition_hash = row[2].as<std::string>();
+        const auto status = ParseSagaStatus(row[3].as<std::string>());
+        if (!status) throw std::runtime_error("saga " + saga.saga_id + " has an unknown status " + row[3].c_str());
+        saga.state.status = *status;
+        saga.state.current_step = row[4].as<std::size_t>();
+        saga.input = ParseJson(row[5]);
+        saga.state.data = ParseJson(row[6]);
+        saga.state.parked_reason = row[7].as<std::string>();
+        locked += (locked.size() > 1 ? "," : "") + saga.saga_id;
+        sagas.emplace(saga.saga_id, std::move(saga));
+    }
+    locked += "}";
+    const auto steps = store::Exec(tx,
+                                   "SELECT saga_id::text, step_name, phase, status, attempt, reply::text, "
+                                   "next_attempt_at IS NOT NULL, command_event_id::text FROM saga_step WHERE saga_id = "
+                                   "ANY($1::uuid[]) ORDER BY saga_id, dispatched_at, phase",
+                                   locked);
     for (const auto& row : steps) {
+        LoadedSaga& saga = sagas.at(row[0].as<std::string>());
         machine::StepPhaseState phase;
-        phase.step_name = row[0].as<std::string>();
-        phase.phase = ParsePhase(row[1].as<std::string>()).value_or(Phase::kAction);
-        ParseStepStatus(row[2].as<std::string>(), phase);
-        phase.attempt = row[3].as<int>();
-        phase.reply = ParseJson(row[4]);
-        phase.awaiting_retry = row[5].as<bool>();
-        saga.command_ids[{phase.step_name, row[1].as<std::string>()}] = row[6].as<std::string>();
+        phase.step_name = row[1].as<std::string>();
+        phase.phase = ParsePhase(row[2].as<std::string>()).value_or(Phase::kAction);
+        ParseStepStatus(row[3].as<std::string>(), phase);
+        phase.attempt = row[4].as<int>();
+        phase.reply = ParseJson(row[5]);
+        phase.awaiting_retry = row[6].as<bool>();
+        saga.command_ids[{phase.step_name, row[2].as<std::string>()}] = row[7].as<std::string>();
         saga.state.phases.push_back(std::move(phase));
     }
-    return saga;
+    return sagas;
+}
+
+std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode) {
+    auto sagas = LockSagas(tx, {saga_id}, mode);
+    if (sagas.empty()) return std::nullopt;
+    return std::move(sagas.begin()->second);
 }
 
 namespace {

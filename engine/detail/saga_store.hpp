@@ -11,6 +11,7 @@
 #include <pqxx/transaction_base>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "engine/definition.hpp"
 #include "engine/saga_machine.hpp"
@@ -41,6 +42,12 @@ enum class LockMode { kWait, kSkipLocked };
 // The saga with its step phases, row-locked; nullopt if there is no such saga (or, with
 // kSkipLocked, if another transaction holds it).
 std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode);
+
+// The same for several sagas at once (two statements), by saga id; missing ids are not in the map.
+// The ids must be uuids.
+std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
+                                            const std::vector<std::string>& saga_ids,
+                                            LockMode mode);
 
 // What a persisted decision means for the caller after commit.
 struct Effects {
