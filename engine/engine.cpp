@@ -183,7 +183,11 @@ class Engine::Impl {
             const auto report = store::MigrateBlocking(config_.database_url, store::BuiltinMigrations());
             static_cast<void>(report);
         }
-        parts_.StartPool(config_.database_url, config_.database_pool_size);
+        // Every statement of the engine is an index lookup, and its hot statements are prepared
+        // once per connection: a generic plan made while the tables were small chose sequential
+        // scans and kept them as the tables grew (measured: the batch's step read at 1.8 ms a
+        // call, a seq scan over 21,000 rows, instead of 0.1 ms).
+        parts_.StartPool(config_.database_url, config_.database_pool_size, /*index_plans_only=*/true);
         {
             std::shared_lock lock(definitions_mutex_);
             parts_.pool->RunBlocking([&](pqxx::connection& conn) {

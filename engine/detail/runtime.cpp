@@ -1,14 +1,19 @@
 #include "engine/detail/runtime.hpp"
 
+#include <pqxx/nontransaction>
+
 #include "store/inbox.hpp"
 
 namespace sagaflow::detail {
 
-void Runtime::StartPool(const std::string& url, int size) {
+void Runtime::StartPool(const std::string& url, int size, bool index_plans_only) {
     store::PoolOptions options;
     options.url = url;
     options.size = size;
-    options.on_connect = [](pqxx::connection& conn) { store::PrepareInbox(conn); };
+    options.on_connect = [index_plans_only](pqxx::connection& conn) {
+        if (index_plans_only) pqxx::nontransaction{conn}.exec("SET enable_seqscan = off");
+        store::PrepareInbox(conn);
+    };
     pool = std::make_unique<store::ConnectionPool>(options);
 }
 

@@ -16,8 +16,9 @@ struct Runtime {
     std::unique_ptr<outbox::Relay> relay;
     std::unique_ptr<outbox::Consumer> consumer;
 
-    // A pool whose connections have the inbox statements prepared.
-    void StartPool(const std::string& url, int size);
+    // A pool whose connections have the inbox statements prepared. `index_plans_only`: the
+    // sessions run with `enable_seqscan = off` (see the engine's README).
+    void StartPool(const std::string& url, int size, bool index_plans_only = false);
     void StartRelay(const std::string& url, const std::string& brokers, const outbox::KafkaProperties& properties);
     void StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandler handler);
     void Stop();
