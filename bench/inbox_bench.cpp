@@ -25,6 +25,7 @@
 #include "outbox/uuid.hpp"
 #include "store/inbox.hpp"
 #include "store/migrations.hpp"
+#include "store/prepared.hpp"
 
 namespace {
 
@@ -84,12 +85,6 @@ double Measure(Options o, const std::string& name, int per_tx, const Work& work)
     return rates[rates.size() / 2];
 }
 
-std::string ArrayLiteral(const std::vector<std::string>& ids) {
-    std::string array = "{";
-    for (const auto& id : ids) array += (array.size() > 1 ? "," : "") + id;
-    return array + "}";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,7 +140,7 @@ int main(int argc, char** argv) {
     });
     const double plain_batch = Measure(o, "plain-batch", o.batch, [](pqxx::connection& c, const auto& ids) {
         pqxx::work tx{c};
-        tx.exec_prepared("plain_many", "bench-batch", ArrayLiteral(ids));
+        tx.exec_prepared("plain_many", "bench-batch", sagaflow::store::UuidArray(ids));
         tx.commit();
     });
     const double inbox_batch = Measure(o, "inbox-batch", o.batch, [](pqxx::connection& c, const auto& ids) {

@@ -34,6 +34,7 @@
 
 #include "engine/detail/child_process.hpp"
 #include "engine/engine.hpp"
+#include "store/prepared.hpp"
 
 namespace {
 
@@ -221,14 +222,11 @@ int main(int argc, char** argv) {
             ids = open_ids;
         }
         if (ids.empty()) return 0;
-        std::string array = "{";
-        for (const auto& id : ids) array += (array.size() > 1 ? "," : "") + id;
-        array += "}";
         pqxx::read_transaction tx{conn};
         const auto rows = tx.exec_params(
             "SELECT saga_id::text FROM saga_instance WHERE saga_id = ANY($1::uuid[]) AND status IN "
             "('completed', 'compensated', 'failed')",
-            array);
+            sagaflow::store::UuidArray(ids));
         std::set<std::string> done;
         for (const auto& row : rows) done.insert(row[0].as<std::string>());
         const std::lock_guard lock{open_mutex};

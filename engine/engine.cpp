@@ -568,8 +568,6 @@ class Engine::Impl {
         for (const outbox::InboundEvent* in : events) {
             if (store::IsUuid(in->event.saga_id)) ids.push_back(in->event.saga_id);
         }
-        std::sort(ids.begin(), ids.end());
-        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
         auto locked = detail::LockSagas(tx, ids, LockMode::kWait);
         for (const outbox::InboundEvent* in : events) OnReply(tx, *in, locked);
     }

@@ -14,6 +14,7 @@
 
 #include "outbox/detail/rdkafka.hpp"
 #include "store/pool.hpp"
+#include "store/prepared.hpp"
 #include "store/url.hpp"
 
 namespace sagaflow::outbox {
@@ -285,9 +286,8 @@ class Relay::Impl {
         return reason.data();
     }
 
-    // Claims rows with ids above `after` (0: from the first unpublished row). A row is held back
-    // while an earlier row of its key is unpublished and either backing off or at most `after` (the
-    // claim cannot take that one, so the later row must wait for it). Returns the number of rows
+    // Claims rows with ids above `after` (0: from the first unpublished row); a row waits behind an
+    // earlier row of its key that is backing off or re-armed (outbox_held). Returns the number of rows
     // claimed (published or scheduled again), or -1 when the batch was rolled back (fatal
     // producer error, or stopping with deliveries unacknowledged).
     int PublishBatch(pqxx::connection& conn, long long after) {
@@ -392,7 +392,7 @@ class Relay::Impl {
                              backoff / 1000.0);
             }
         }
-        const auto marked = tx.exec_prepared("mark", IdArray(delivered)).affected_rows();
+        const auto marked = tx.exec_prepared("mark", store::BigintArray(delivered)).affected_rows();
         tx.commit();
         // A row skipped behind a failed row of its key was not claimed: it holds the position.
         std::vector<long long> claimed;
@@ -406,13 +406,6 @@ class Relay::Impl {
                           options_.poll_interval);
         metrics_.published += marked;
         return static_cast<int>(rows.size());
-    }
-
-    // A PostgreSQL bigint[] literal.
-    static std::string IdArray(const std::vector<long long>& ids) {
-        std::string text = "{";
-        for (const long long id : ids) text += (text.size() > 1 ? "," : "") + std::to_string(id);
-        return text + "}";
     }
 
     // Clears the suspect range after a full claim that took everything it could (see ClaimPosition).

@@ -3,6 +3,8 @@
 #include <pqxx/pqxx>
 #include <stdexcept>
 
+#include "store/prepared.hpp"
+
 namespace sagaflow::store {
 namespace {
 constexpr const char* kFirstTime = "sagaflow_inbox_first_time";
@@ -39,17 +41,8 @@ std::vector<std::string> InboxFreshIds(pqxx::transaction_base& tx,
                                        const std::string& consumer,
                                        const std::vector<std::string>& event_ids) {
     if (event_ids.empty()) return {};
-    std::string array = "{";
-    for (const auto& id : event_ids) {
-        if (!IsUuid(id)) {
-            throw std::invalid_argument("event id '" + id.substr(0, 64) + "' is not a UUID");
-        }
-        if (array.size() > 1) array += ',';
-        array += id;  // a checked UUID needs no quoting inside an array literal
-    }
-    array += '}';
     std::vector<std::string> fresh;
-    for (const auto& row : tx.exec_prepared(kFreshIds, consumer, array)) {
+    for (const auto& row : tx.exec_prepared(kFreshIds, consumer, UuidArray(event_ids))) {
         fresh.push_back(row[0].as<std::string>());
     }
     return fresh;

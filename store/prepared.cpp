@@ -4,6 +4,9 @@
 #include <functional>
 #include <pqxx/prepared_statement>
 #include <pqxx/transaction_base>
+#include <stdexcept>
+
+#include "store/inbox.hpp"
 
 namespace sagaflow::store {
 
@@ -21,6 +24,25 @@ pqxx::result ExecTexts(pqxx::transaction_base& tx, const std::string& sql, const
     pointers.reserve(params.size());
     for (const auto& param : params) pointers.push_back(param.c_str());
     return Exec(tx, sql, pqxx::prepare::make_dynamic_params(pointers));
+}
+
+std::string UuidArray(const std::vector<std::string>& ids) {
+    std::string array = "{";
+    for (const auto& id : ids) {
+        if (!IsUuid(id)) throw std::invalid_argument("'" + id.substr(0, 64) + "' is not a UUID");
+        if (array.size() > 1) array += ',';
+        array += id;
+    }
+    return array + "}";
+}
+
+std::string BigintArray(const std::vector<long long>& ids) {
+    std::string array = "{";
+    for (const long long id : ids) {
+        if (array.size() > 1) array += ',';
+        array += std::to_string(id);
+    }
+    return array + "}";
 }
 
 }  // namespace sagaflow::store

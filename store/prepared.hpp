@@ -29,4 +29,9 @@ pqxx::result Exec(pqxx::transaction_base& tx, const std::string& sql, Args&&... 
 // and an outbox row in one statement). An empty string binds as text, not NULL.
 pqxx::result ExecTexts(pqxx::transaction_base& tx, const std::string& sql, const std::vector<std::string>& params);
 
+// Array parameters (`$1::uuid[]`, `$1::bigint[]`) as PostgreSQL array literals. UuidArray throws
+// std::invalid_argument naming an element that is not a UUID (a checked UUID needs no quoting).
+std::string UuidArray(const std::vector<std::string>& ids);
+std::string BigintArray(const std::vector<long long>& ids);
+
 }  // namespace sagaflow::store

@@ -96,9 +96,7 @@ std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
                                             LockMode mode) {
     std::map<std::string, LoadedSaga> sagas;
     if (saga_ids.empty()) return sagas;
-    std::string ids = "{";  // a uuid[] literal: the callers pass checked uuids
-    for (const auto& id : saga_ids) ids += (ids.size() > 1 ? "," : "") + id;
-    ids += "}";
+    const std::string ids = store::UuidArray(saga_ids);
     // Locked in key order, so two engines locking overlapping batches cannot deadlock. The steps
     // are read by a second statement: one joined to the locking one would see them as of before a
     // lock wait.
@@ -107,11 +105,10 @@ std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
         store::Exec(tx,
                     "SELECT saga_id::text, saga_type, definition_hash, status, current_step, input::text, "
                     "data::text, coalesce(parked_reason, '') FROM saga_instance WHERE saga_id = "
-                    "ANY($1::uuid[]) ORDER BY saga_id" +
+                    "ANY($1::uuid[]) ORDER BY saga_instance.saga_id" +
                         lock,
                     ids);
     if (rows.empty()) return sagas;
-    std::string locked = "{";
     for (const auto& row : rows) {
         LoadedSaga saga;
         saga.saga_id = row[0].as<std::string>();
@@ -124,17 +121,17 @@ std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
         saga.input = ParseJson(row[5]);
         saga.state.data = ParseJson(row[6]);
         saga.state.parked_reason = row[7].as<std::string>();
-        locked += (locked.size() > 1 ? "," : "") + saga.saga_id;
         sagas.emplace(saga.saga_id, std::move(saga));
     }
-    locked += "}";
     const auto steps = store::Exec(tx,
                                    "SELECT saga_id::text, step_name, phase, status, attempt, reply::text, "
                                    "next_attempt_at IS NOT NULL, command_event_id::text FROM saga_step WHERE saga_id = "
-                                   "ANY($1::uuid[]) ORDER BY saga_id, dispatched_at, phase",
-                                   locked);
+                                   "ANY($1::uuid[]) ORDER BY saga_step.saga_id, dispatched_at, phase",
+                                   ids);
     for (const auto& row : steps) {
-        LoadedSaga& saga = sagas.at(row[0].as<std::string>());
+        const auto it = sagas.find(row[0].as<std::string>());
+        if (it == sagas.end()) continue;  // skipped: another transaction holds it (kSkipLocked)
+        LoadedSaga& saga = it->second;
         machine::StepPhaseState phase;
         phase.step_name = row[1].as<std::string>();
         phase.phase = ParsePhase(row[2].as<std::string>()).value_or(Phase::kAction);
