@@ -45,4 +45,22 @@ std::string BigintArray(const std::vector<long long>& ids) {
     return array + "}";
 }
 
+std::string TextArray(const std::vector<std::optional<std::string>>& values) {
+    std::string array = "{";
+    for (const auto& value : values) {
+        if (array.size() > 1) array += ',';
+        if (!value) {
+            array += "NULL";
+            continue;
+        }
+        array += '"';
+        for (const char c : *value) {
+            if (c == '"' || c == '\\') array += '\\';
+            array += c;
+        }
+        array += '"';
+    }
+    return array + "}";
+}
+
 }  // namespace sagaflow::store

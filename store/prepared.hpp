@@ -8,6 +8,7 @@
 // For statements that find rows by key (the hot path). Scans whose best plan depends on the
 // parameters (timer scans, listings) keep exec_params: a cached generic plan could be the wrong one.
 
+#include <optional>
 #include <pqxx/connection_base>
 #include <pqxx/result>
 #include <pqxx/transaction_base>
@@ -33,5 +34,9 @@ pqxx::result ExecTexts(pqxx::transaction_base& tx, const std::string& sql, const
 // std::invalid_argument naming an element that is not a UUID (a checked UUID needs no quoting).
 std::string UuidArray(const std::vector<std::string>& ids);
 std::string BigintArray(const std::vector<long long>& ids);
+// Any texts (`$1::text[]`, cast per element in SQL: `unnest($1::text[])::jsonb`): every element
+// quoted, `"` and `\` escaped, nullopt as NULL. Lets one prepared statement write a batch of any
+// size (`INSERT ... SELECT FROM unnest(...)`), instead of one statement text per row count.
+std::string TextArray(const std::vector<std::optional<std::string>>& values);
 
 }  // namespace sagaflow::store

@@ -13,6 +13,7 @@
 #include "store/inbox.hpp"
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
+#include "store/prepared.hpp"
 #include "store/sweeper.hpp"
 #include "store/url.hpp"
 #include "tests/support/services.hpp"
@@ -196,6 +197,42 @@ TEST_CASE("batched inbox returns exactly the fresh ids; consumers are independen
         CHECK(InboxFirstTime(tx, "a", ids[3]));
         CHECK_THROWS_AS(InboxFreshIds(tx, "a", {"not-a-uuid'); DROP TABLE outbox; --"}), std::invalid_argument);
     }
+}
+
+TEST_CASE("array parameters arrive as the values sent, whatever their characters") {
+    ScratchDatabase db;
+    pqxx::connection conn{db.Url()};
+    pqxx::work tx{conn};
+    // Texts that break a naive array literal: quotes, backslashes, braces, commas, spaces, the
+    // word NULL, an empty text, JSON with escapes, non-ASCII; and a real NULL.
+    const std::vector<std::optional<std::string>> texts{"plain",
+                                                        "with \"quotes\"",
+                                                        "back\\slash\\",
+                                                        "{braces},commas",
+                                                        "  spaced  ",
+                                                        "NULL",
+                                                        "",
+                                                        R"({"k": "v \"q\" \\ \u00e9", "n": [1, 2]})",
+                                                        "\xc3\xa9t\xc3\xa9 \xe2\x82\xac",
+                                                        std::nullopt};
+    const auto rows = tx.exec_params(
+        "SELECT t, t IS NULL FROM unnest($1::text[]) WITH ORDINALITY AS a(t, n) ORDER BY n", TextArray(texts));
+    REQUIRE(rows.size() == texts.size());
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+        if (texts[i]) {
+            CHECK(rows[i][0].as<std::string>() == *texts[i]);
+        } else {
+            CHECK(rows[i][1].as<bool>());
+        }
+    }
+    CHECK(tx.exec_params("SELECT cardinality($1::text[])", TextArray({}))[0][0].as<int>() == 0);
+    CHECK(tx.exec_params("SELECT ($1::text[])[8]::jsonb ->> 'k'", TextArray(texts))[0][0].as<std::string>() ==
+          "v \"q\" \\ \u00e9");
+    const std::vector<long long> numbers{1, -2, 9007199254740993LL};
+    CHECK(tx.exec_params("SELECT array_to_string($1::bigint[], ' ')", BigintArray(numbers))[0][0].as<std::string>() ==
+          "1 -2 9007199254740993");
+    const std::string id = sagaflow::outbox::NewUuidV7();
+    CHECK(tx.exec_params("SELECT ($1::uuid[])[1]::text", UuidArray({id}))[0][0].as<std::string>() == id);
 }
 
 TEST_CASE("the pool runs jobs, passes errors on, and survives a killed connection") {
