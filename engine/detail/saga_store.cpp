@@ -230,11 +230,9 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
             "step AS (INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
             "deadline_at) SELECT saga_id, step_name, phase, 'dispatched', 1, event_id, "
             "clock_timestamp() + timeout_ms * interval '1 millisecond' FROM v ORDER BY n "
-            "ON CONFLICT DO NOTHING RETURNING command_event_id) "
-            "INSERT INTO outbox (event_id, topic, message_key, headers, payload) "
-            "SELECT v.event_id, v.topic, v.message_key, v.headers::jsonb, v.payload::jsonb "
-            "FROM v JOIN step ON step.command_event_id = v.event_id ORDER BY v.n "
-            "ON CONFLICT (event_id) DO NOTHING RETURNING event_id::text",
+            "ON CONFLICT DO NOTHING RETURNING command_event_id) " +
+                outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
+                " RETURNING event_id::text",
             store::TextArray(columns[0]),
             store::TextArray(columns[1]),
             store::TextArray(columns[2]),

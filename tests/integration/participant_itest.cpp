@@ -3,10 +3,13 @@
 // anti-hanging; a Retry answer leaves nothing behind.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <pqxx/pqxx>
 
 #include "engine/participant.hpp"
+#include "outbox/admin.hpp"
 #include "outbox/event.hpp"
 #include "outbox/uuid.hpp"
 #include "tests/support/kafka_read.hpp"
@@ -29,7 +32,8 @@ struct ParticipantRig {
     std::atomic<int> flaky_calls{0};
     std::unique_ptr<Participant> participant;
 
-    ParticipantRig() {
+    // start = false: commands can be sent first (Start() then takes them as one burst).
+    explicit ParticipantRig(bool start = true) {
         ParticipantConfig config;
         config.name = name;
         config.database_url = db.Url();
@@ -57,7 +61,7 @@ struct ParticipantRig {
             if (++flaky_calls == 1) return StepReply::Retry("provider unavailable");
             return StepReply::Success();
         });
-        participant->Start();
+        if (start) participant->Start();
     }
 
     // Sends a command as the engine would (the same event id on a resend).
@@ -175,4 +179,58 @@ TEST_CASE("a command type without a handler is answered with a failure that name
     CHECK(replies[0].data["outcome"] == "failure");
     CHECK(replies[0].data["reason"].get<std::string>().find("no handler for action Ship.v1") != std::string::npos);
     CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM participant_step") == 0);
+}
+
+TEST_CASE("commands taken as one burst get the answers they get one by one") {
+    ParticipantRig rig(false);
+    // One partition, every command sent before the participant starts: its first poll takes them
+    // together (the inbox rows of one transaction share their processed_at, checked below).
+    outbox::EnsureTopicsBlocking(rig.brokers, {}, {rig.name + ".commands"}, 1);
+    const auto a = outbox::NewUuidV7(), b = outbox::NewUuidV7(), c = outbox::NewUuidV7(), d = outbox::NewUuidV7();
+    const auto a_charge = MakeCommand(a, "charge", "action", "Charge.v1", {{"amount", 5}});
+    auto a_again = a_charge;
+    a_again.id = outbox::NewUuidV7();  // the same phase under a new event id: passes the inbox
+    const auto b_refund = MakeCommand(b, "charge", "compensation", "Refund.v1");
+    const auto b_charge = MakeCommand(b, "charge", "action", "Charge.v1", {{"amount", 6}});
+    const auto c_flaky = MakeCommand(c, "flaky", "action", "Flaky.v1");
+    const auto d_charge = MakeCommand(d, "charge", "action", "Charge.v1", {{"amount", 8}});
+    const auto d_refund = MakeCommand(d, "charge", "compensation", "Refund.v1");
+    for (const auto& command : {a_charge, a_again, b_refund, b_charge, c_flaky, d_charge, d_refund}) rig.Send(command);
+    rig.participant->Start();
+
+    // a_again finds a_charge's stored reply not yet sent: that one reply answers both.
+    const auto replies = rig.Replies(6);
+    REQUIRE(replies.size() == 6);
+    std::map<std::string, outbox::CloudEvent> by_command;
+    std::vector<std::string> order;
+    for (const auto& reply : replies) {
+        by_command[reply.correlation_id] = reply;
+        order.push_back(reply.correlation_id);
+    }
+    REQUIRE(by_command.size() == 6);
+    CHECK(by_command[a_charge.id].data["charged"] == 5);
+    CHECK(by_command.count(a_again.id) == 0);
+    CHECK(by_command[b_refund.id].data["nullCompensation"] == true);
+    CHECK(by_command[b_charge.id].data["outcome"] == "failure");
+    CHECK(by_command[b_charge.id].data["reason"] == "the step was compensated before its action arrived");
+    CHECK(by_command[c_flaky.id].data["outcome"] == "retry");
+    CHECK(by_command[d_charge.id].data["charged"] == 8);
+    CHECK(by_command[d_refund.id].data["outcome"] == "success");
+    // Replies of a saga leave in the order of its commands.
+    const auto at = [&](const std::string& id) { return std::find(order.begin(), order.end(), id) - order.begin(); };
+    CHECK(at(b_refund.id) < at(b_charge.id));
+    CHECK(at(d_charge.id) < at(d_refund.id));
+    // Effects: a and d charged once each, d refunded, nothing for b, c's write rolled back.
+    CHECK(rig.charges == 2);
+    CHECK(rig.refunds == 1);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect") == 3);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect WHERE saga_id = '" + b + "' OR what = 'flaky'") == 0);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM participant_step") == 5);  // a, b (2), d (2); not c
+    const auto m = rig.participant->Metrics();
+    CHECK(m.applied == 3);
+    CHECK(m.replayed == 1);
+    CHECK(m.null_compensations == 1);
+    CHECK(m.refused_late_actions == 1);
+    CHECK(m.retries == 1);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(DISTINCT processed_at) FROM processed_event") < 7);
 }
