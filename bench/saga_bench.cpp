@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -106,20 +107,72 @@ struct Phase {
     double seconds = 0;
     double completed_per_second = 0;
     double p50_ms = 0, p95_ms = 0, p99_ms = 0;
+    nlohmann::json hops;  // where a saga's time went: all sagas against the slowest 1 %
 };
+
+// Per saga, the time its commands and replies spent in each hop (ms, summed over its steps), as
+// means over all the phase's sagas and over those at or above its p99: which hop the tail waits
+// in. From the tables' own timestamps: the engine's transaction start (dispatched_at) -> the
+// relay's acknowledgement (outbox.published_at) -> the participant's handling (applied_at) -> the
+// reply's acknowledgement -> the engine's transaction start on the reply (completed_at).
+nlohmann::json Hops(pqxx::connection& conn, const std::string& prefix, double p99_ms) {
+    pqxx::read_transaction tx{conn};
+    const auto rows = tx.exec_params(
+        "WITH s AS (SELECT saga_id, extract(epoch FROM updated_at - created_at) * 1000 AS ms FROM saga_instance "
+        "  WHERE idempotency_key LIKE $1 AND status IN ('completed', 'compensated', 'failed')), "
+        "p AS (SELECT saga_id, step_name, phase, applied_at, reply_event_id FROM orders.participant_step "
+        "  UNION ALL SELECT saga_id, step_name, phase, applied_at, reply_event_id FROM payments.participant_step), "
+        "r AS (SELECT event_id, published_at FROM orders.outbox UNION ALL "
+        "  SELECT event_id, published_at FROM payments.outbox), "
+        "h AS (SELECT s.saga_id, s.ms, "
+        "  sum(extract(epoch FROM o.published_at - st.dispatched_at)) * 1000 AS command_relay, "
+        "  sum(extract(epoch FROM p.applied_at - o.published_at)) * 1000 AS command_delivery, "
+        "  sum(extract(epoch FROM r.published_at - p.applied_at)) * 1000 AS reply_relay, "
+        "  sum(extract(epoch FROM st.completed_at - r.published_at)) * 1000 AS reply_delivery "
+        "  FROM s JOIN saga_step st USING (saga_id) JOIN outbox o ON o.event_id = st.command_event_id "
+        "  JOIN p ON p.saga_id = st.saga_id AND p.step_name = st.step_name AND p.phase = st.phase "
+        "  JOIN r ON r.event_id = p.reply_event_id GROUP BY s.saga_id, s.ms) "
+        "SELECT g, count(*), avg(ms), avg(command_relay), avg(command_delivery), avg(reply_relay), "
+        "avg(reply_delivery) FROM (SELECT 'all' AS g, * FROM h UNION ALL SELECT 'p99', * FROM h WHERE ms >= $2) x "
+        "GROUP BY g ORDER BY g",
+        prefix + "%",
+        p99_ms);
+    nlohmann::json hops = nlohmann::json::object();
+    for (const auto& row : rows) {
+        const auto ms = [&](int i) { return row[i].is_null() ? 0.0 : std::round(row[i].as<double>() * 10) / 10; };
+        hops[row[0].as<std::string>()] = {{"sagas", row[1].as<long long>()},
+                                          {"total_ms", ms(2)},
+                                          {"command_relay_ms", ms(3)},
+                                          {"command_delivery_ms", ms(4)},
+                                          {"reply_relay_ms", ms(5)},
+                                          {"reply_delivery_ms", ms(6)}};
+    }
+    return hops;
+}
 
 // Start-to-terminal latency percentiles of the sagas whose key starts with `prefix`.
 void Latencies(pqxx::connection& conn, const std::string& prefix, Phase& phase) {
+    {
+        pqxx::read_transaction tx{conn};
+        const auto row = tx.exec_params1(
+            "SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0), "
+            "coalesce(percentile_cont(0.95) WITHIN GROUP (ORDER BY ms), 0), "
+            "coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0) FROM (SELECT "
+            "extract(epoch FROM updated_at - created_at) * 1000 AS ms FROM saga_instance WHERE idempotency_key LIKE $1 "
+            "AND status IN ('completed', 'compensated', 'failed')) d",
+            prefix + "%");
+        phase.p50_ms = row[0].as<double>();
+        phase.p95_ms = row[1].as<double>();
+        phase.p99_ms = row[2].as<double>();
+    }
+    phase.hops = Hops(conn, prefix, phase.p99_ms);
+}
+
+// Checkpoints the server has made so far (timed and requested): each one is followed by a burst of
+// full-page writes into the WAL, a suspect for latency stalls.
+long long Checkpoints(pqxx::connection& conn) {
     pqxx::read_transaction tx{conn};
-    const auto row = tx.exec_params1(
-        "SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), 0), coalesce(percentile_cont(0.95) WITHIN "
-        "GROUP (ORDER BY ms), 0), coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), 0) FROM (SELECT "
-        "extract(epoch FROM updated_at - created_at) * 1000 AS ms FROM saga_instance WHERE idempotency_key LIKE $1 "
-        "AND status IN ('completed', 'compensated', 'failed')) d",
-        prefix + "%");
-    phase.p50_ms = row[0].as<double>();
-    phase.p95_ms = row[1].as<double>();
-    phase.p99_ms = row[2].as<double>();
+    return tx.exec1("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")[0].as<long long>();
 }
 
 long long Terminal(pqxx::connection& conn, const std::string& prefix) {
@@ -289,6 +342,7 @@ int main(int argc, char** argv) {
     std::map<std::string, Usage> before;
     for (const auto& [name, pid] : pids) before[name] = Measure(pid);
 
+    const long long checkpoints_before = Checkpoints(conn);
     std::vector<Phase> phases;
     // Closed loop: keep `inflight` sagas open.
     {
@@ -360,7 +414,8 @@ int main(int argc, char** argv) {
                                  {"completed_per_second", p.completed_per_second},
                                  {"p50_ms", p.p50_ms},
                                  {"p95_ms", p.p95_ms},
-                                 {"p99_ms", p.p99_ms}});
+                                 {"p99_ms", p.p99_ms},
+                                 {"hops", p.hops}});
     }
     for (const auto& [name, pid] : pids) {
         out["processes"][name] = {
@@ -369,10 +424,13 @@ int main(int argc, char** argv) {
             {"rss_kb_start", before[name].rss_kb},
             {"rss_kb_end", Measure(pid).rss_kb}};
     }
+    const long long checkpoints = Checkpoints(conn) - checkpoints_before;
     {
         pqxx::read_transaction tx{conn};
         out["settings"] = {{"fsync", tx.exec1("SHOW fsync")[0].as<std::string>()},
                            {"synchronous_commit", tx.exec1("SHOW synchronous_commit")[0].as<std::string>()},
+                           {"max_wal_size", tx.exec1("SHOW max_wal_size")[0].as<std::string>()},
+                           {"checkpoints_during_phases", checkpoints},
                            {"acks", "all (enforced by the relay)"}};
     }
     std::ofstream(a.json) << out.dump(2) << "\n";
