@@ -430,6 +430,7 @@ int main(int argc, char** argv) {
         out["settings"] = {{"fsync", tx.exec1("SHOW fsync")[0].as<std::string>()},
                            {"synchronous_commit", tx.exec1("SHOW synchronous_commit")[0].as<std::string>()},
                            {"max_wal_size", tx.exec1("SHOW max_wal_size")[0].as<std::string>()},
+                           {"shared_buffers", tx.exec1("SHOW shared_buffers")[0].as<std::string>()},
                            {"checkpoints_during_phases", checkpoints},
                            {"acks", "all (enforced by the relay)"}};
     }
