@@ -9,6 +9,9 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <deque>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <pqxx/pqxx>
@@ -27,6 +30,46 @@ using namespace sagaflow;
 using testing::ExampleRig;
 
 namespace {
+
+// A failed run leaves the evidence in the output (the rig's folder is removed with it): what each
+// outbox still holds, who holds the relay locks, and the tail of every process's log.
+void DumpForDiagnosis(const testing::ExampleRig& rig) {
+    try {
+        pqxx::connection conn{rig.DbUrl()};
+        pqxx::nontransaction tx{conn};
+        for (const auto& schema :
+             tx.exec("SELECT table_schema FROM information_schema.tables WHERE table_name = 'outbox'")) {
+            const std::string name = conn.quote_name(schema[0].as<std::string>());
+            const auto row = tx.exec1(
+                "SELECT count(*), min(id), max(id), max(attempts), count(next_attempt_at), "
+                "coalesce(string_agg(DISTINCT last_error, '; '), ''), "
+                "coalesce(extract(epoch FROM now() - min(created_at))::int, 0) FROM " +
+                name + ".outbox WHERE published_at IS NULL");
+            std::cout << "diagnosis: outbox " << name << ": " << row[0].as<long long>() << " unpublished (ids "
+                      << row[1].c_str() << ".." << row[2].c_str() << ", max attempts " << row[3].c_str() << ", "
+                      << row[4].as<long long>() << " backing off, oldest " << row[6].as<long long>()
+                      << " s, errors: " << row[5].c_str() << ")" << std::endl;
+        }
+        for (const auto& row : tx.exec("SELECT l.pid, l.objid, a.state, left(a.query, 80) FROM pg_locks l "
+                                       "LEFT JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory'")) {
+            std::cout << "diagnosis: advisory lock " << row[1].c_str() << " held by pid " << row[0].c_str() << " ("
+                      << row[2].c_str() << ": " << row[3].c_str() << ")" << std::endl;
+        }
+    } catch (const std::exception& e) {
+        std::cout << "diagnosis: database not readable: " << e.what() << std::endl;
+    }
+    for (const auto& entry : std::filesystem::directory_iterator(rig.LogDir())) {
+        if (entry.path().extension() != ".log") continue;
+        std::ifstream in(entry.path());
+        std::deque<std::string> tail;
+        for (std::string line; std::getline(in, line);) {
+            tail.push_back(line);
+            if (tail.size() > 30) tail.pop_front();
+        }
+        std::cout << "diagnosis: last lines of " << entry.path().filename().string() << ":" << std::endl;
+        for (const auto& line : tail) std::cout << "  " << line << std::endl;
+    }
+}
 
 int EnvInt(const char* name, int fallback) {
     const char* value = std::getenv(name);
@@ -302,6 +345,7 @@ void RunChaos(ChaosKafka& kafka, int default_sagas) {
             std::cout << "chaos: " << row[0].as<std::string>() << " " << row[1].as<long long>() << "\n";
         }
     }
+    if (!quiet || !report.Ok()) DumpForDiagnosis(rig);
     CHECK(quiet);
     CHECK(report.sagas == sagas);
     CHECK(report.Ok());
