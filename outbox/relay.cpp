@@ -343,9 +343,20 @@ class Relay::Impl {
         // producer sequence), so this only returns early on a fatal error or when stopping.
         std::chrono::steady_clock::time_point stop_deadline{};
         std::string fatal;
+        auto last_progress = std::chrono::steady_clock::now();
+        int last_pending = pending_;
+        bool stalled = false;
         while (pending_ > 0) {
             rd_kafka_poll(producer_.get(), 50);
             if (fatal = FatalError(); !fatal.empty()) break;
+            const auto now = std::chrono::steady_clock::now();
+            if (pending_ < last_pending) {
+                last_pending = pending_;
+                last_progress = now;
+            } else if (now - last_progress >= options_.stall_timeout) {
+                stalled = true;
+                break;
+            }
             if (stopping_.load()) {
                 if (stop_deadline == std::chrono::steady_clock::time_point{}) {
                     stop_deadline = std::chrono::steady_clock::now() + options_.drain_timeout;
@@ -363,6 +374,13 @@ class Relay::Impl {
             if (!fatal.empty()) {
                 spdlog::error("relay: fatal producer error: {}; replacing the producer and publishing the batch again",
                               fatal);
+                ++metrics_.producer_restarts;
+            } else if (stalled) {
+                spdlog::warn(
+                    "relay: no delivery report for {} ms with {} deliveries outstanding; replacing the producer and "
+                    "publishing the batch again with the same event ids",
+                    options_.stall_timeout.count(),
+                    pending_);
                 ++metrics_.producer_restarts;
             } else {
                 spdlog::warn(

@@ -34,6 +34,12 @@ struct RelayOptions {
     int batch_size = 500;
     std::chrono::milliseconds poll_interval{500};
     std::chrono::milliseconds drain_timeout{10'000};
+    // A batch whose delivery reports stop coming for this long (none acknowledged, none failed) is
+    // rolled back and published again by a new producer, under the same event ids: librdkafka
+    // waits for a broker indefinitely here (message.timeout.ms=0), and a producer that never
+    // recovers from a broker restart would otherwise hold the relay's leader lock and every
+    // claimed row forever. A duplicate this may cause carries the same id and bytes.
+    std::chrono::milliseconds stall_timeout{30'000};
     std::chrono::milliseconds initial_backoff{500};
     std::chrono::milliseconds max_backoff{60'000};
 };

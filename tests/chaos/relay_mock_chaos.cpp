@@ -150,3 +150,28 @@ TEST_CASE("a fatal producer error replaces the producer; the batch is published 
     CHECK(stream.changed_duplicates == 0);
     MESSAGE("records: " << records.size() << ", restarts: " << relay.Metrics().producer_restarts.load());
 }
+
+TEST_CASE("a batch whose deliveries stall is published again by a new producer, under the same ids") {
+    constexpr int kRows = 50;
+    MockSetup mock{"mock-stall", 1, 1, kRows, 1};
+    // The first produce request is answered only after 120 s (longer than librdkafka's 60 s request
+    // timeout): the relay must not wait for it.
+    REQUIRE(rd_kafka_mock_broker_push_request_error_rtts(
+                mock.cluster, 1, kProduceApiKey, 1, RD_KAFKA_RESP_ERR_NO_ERROR, 120'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    auto options = mock.Relay({{"log_level", "2"}});
+    options.stall_timeout = std::chrono::milliseconds(2'000);
+    outbox::Relay relay{options};
+    const auto started = std::chrono::steady_clock::now();
+    CHECK(mock.PublishAll(relay, std::chrono::seconds(50)) == 0);
+    const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    CHECK(seconds < 50);  // not the 60 s request timeout, nor the 120 s answer
+    CHECK(relay.Metrics().producer_restarts.load() >= 1);
+    // Marked once each: the stalled batch was rolled back, not marked, and the new producer's
+    // deliveries marked every row. (The topic is not read back here: the mock broker that delays
+    // the produce answer is also the group coordinator, and a reader's group requests time out
+    // behind it; the first test case checks ids on the topic.)
+    pqxx::connection check{mock.db.Url()};
+    pqxx::read_transaction tx{check};
+    CHECK(tx.exec1("SELECT count(*) FROM outbox WHERE attempts <> 1")[0].as<long long>() == 0);
+    MESSAGE("published in " << seconds << " s, restarts: " << relay.Metrics().producer_restarts.load());
+}
