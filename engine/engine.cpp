@@ -534,23 +534,14 @@ class Engine::Impl {
                                   const SagaDefinition& definition,
                                   const LoadedSaga& saga,
                                   const machine::Decision& decision,
-                                  std::vector<detail::TimelineRow> timeline = {}) {
+                                  std::vector<detail::TimelineRow> timeline = {},
+                                  detail::WriteBatch* batch = nullptr) {
         detail::Effects effects;
         {
             std::lock_guard lock(rng_mutex_);
-            effects = detail::Persist(tx, definition, saga, decision, source_, rng_, std::move(timeline));
+            effects = detail::Persist(tx, definition, saga, decision, source_, rng_, std::move(timeline), batch);
         }
-        if (!effects.step_latencies.empty()) {
-            std::lock_guard lock(latency_mutex_);
-            for (const auto& [step, seconds] : effects.step_latencies) {
-                auto& h = latency_[step];
-                for (std::size_t b = 0; b < StepLatency::kBuckets.size(); ++b) {
-                    if (seconds <= StepLatency::kBuckets[b]) ++h.counts[b];
-                }
-                ++h.count;
-                h.sum += seconds;
-            }
-        }
+        RecordLatencies(effects.step_latencies);
         if (effects.finished) ++counters_.sagas_finished;
         if (effects.parked) {
             ++counters_.sagas_parked;
@@ -560,34 +551,52 @@ class Engine::Impl {
         return effects;
     }
 
+    void RecordLatencies(const std::vector<std::pair<std::string, double>>& latencies) {
+        if (latencies.empty()) return;
+        std::lock_guard lock(latency_mutex_);
+        for (const auto& [step, seconds] : latencies) {
+            auto& h = latency_[step];
+            for (std::size_t b = 0; b < StepLatency::kBuckets.size(); ++b) {
+                if (seconds <= StepLatency::kBuckets[b]) ++h.counts[b];
+            }
+            ++h.count;
+            h.sum += seconds;
+        }
+    }
+
     // --- replies (consumer thread, inside the inbox transaction) ------------------------------------
 
-    // A batch of replies: their sagas are locked and loaded with two statements, in saga id order.
+    // A batch of replies: their sagas are locked and loaded with two statements, in saga id order,
+    // and their writes go out with one statement per table at the end (detail::WriteBatch).
     void OnReplies(pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events) {
         std::vector<std::string> ids;
         for (const outbox::InboundEvent* in : events) {
             if (store::IsUuid(in->event.saga_id)) ids.push_back(in->event.saga_id);
         }
         auto locked = detail::LockSagas(tx, ids, LockMode::kWait);
-        for (const outbox::InboundEvent* in : events) OnReply(tx, *in, locked);
+        detail::WriteBatch writes;
+        for (const outbox::InboundEvent* in : events) OnReply(tx, *in, locked, writes);
+        RecordLatencies(writes.Flush(tx));
     }
 
     // `locked`: sagas locked and loaded for this reply's batch; taken from it once (a second reply
-    // of the same saga in the batch reads what the first one wrote).
-    void OnReply(pqxx::work& tx, const outbox::InboundEvent& in, std::map<std::string, LoadedSaga>& locked) {
+    // of the same saga in the batch reads what the first one wrote, flushed from `writes` first).
+    void OnReply(pqxx::work& tx,
+                 const outbox::InboundEvent& in,
+                 std::map<std::string, LoadedSaga>& locked,
+                 detail::WriteBatch& writes) {
         const outbox::CloudEvent& e = in.event;
         const std::string outcome_text = e.data.is_object() ? e.data.value("outcome", std::string()) : std::string();
         const auto ignore = [&](const std::string& saga_id, const std::string& why) {
             ++counters_.replies_ignored;
             spdlog::debug("reply {} ignored: {}", e.id, why);
-            detail::RecordEvent(tx,
-                                saga_id,
-                                "ignored",
-                                e.step_name,
-                                e.phase,
-                                0,
-                                e.id,
-                                {{"reason", why}, {"type", e.type}, {"outcome", outcome_text}});
+            writes.Record(saga_id,
+                          {"ignored",
+                           e.step_name,
+                           e.phase,
+                           0,
+                           e.id,
+                           {{"reason", why}, {"type", e.type}, {"outcome", outcome_text}}});
         };
         if (!store::IsUuid(e.saga_id)) return ignore({}, "the reply names no saga (sagaid '" + e.saga_id + "')");
         const auto phase = detail::ParsePhase(e.phase);
@@ -607,6 +616,7 @@ class Engine::Impl {
             saga = std::move(it->second);
             locked.erase(it);
         } else {
+            if (writes.Holds(e.saga_id)) RecordLatencies(writes.Flush(tx));
             saga = detail::LockSaga(tx, e.saga_id, LockMode::kWait);
         }
         if (!saga) return ignore({}, "no saga " + e.saga_id);
@@ -633,7 +643,8 @@ class Engine::Impl {
                           *definition,
                           *saga,
                           decision,
-                          {{"reply", e.step_name, e.phase, reply.attempt, e.id, {{"outcome", outcome_text}}}});
+                          {{"reply", e.step_name, e.phase, reply.attempt, e.id, {{"outcome", outcome_text}}}},
+                          &writes);
         ++counters_.replies_applied;
         Poke(effects.next_timer);
     }

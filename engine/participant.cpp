@@ -3,7 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <map>
+#include <optional>
 #include <pqxx/pqxx>
+#include <set>
+#include <tuple>
 
 #include "engine/detail/runtime.hpp"
 #include "engine/engine.hpp"
@@ -170,7 +174,7 @@ class Participant::Impl {
         for (const auto& [key, value] : config_.consumer_properties) options.properties[key] = value;
         options.on_duplicate = [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnCommand(tx, in); };
         parts_.StartConsumer(options, [this](pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events) {
-            for (const outbox::InboundEvent* in : events) OnCommand(tx, *in);
+            OnCommands(tx, events);
         });
         spdlog::info("participant {}: consuming {}", config_.name, commands);
     }
@@ -191,10 +195,81 @@ class Participant::Impl {
     const std::string& Url() const noexcept { return url_; }
 
   private:
-    // One command, first delivery or repeated, inside the inbox transaction.
-    void OnCommand(pqxx::work& tx, const outbox::InboundEvent& in) {
+    using Key = std::tuple<std::string, std::string, std::string>;  // (saga, step, phase)
+    struct Stored {
+        std::string status, reply, reply_event_id;
+    };
+    // A command batch's bookkeeping: the stored rows of its commands read with one statement, and
+    // its replies (outbox row, and the stored reply if any) written with one statement at the end.
+    struct Batch {
+        std::map<Key, std::optional<Stored>> loaded;            // nullopt: no row
+        std::set<std::pair<std::string, std::string>> touched;  // (saga, step) written by this batch
+        std::vector<std::optional<std::string>> columns[13];
+        bool Empty() const { return columns[0].empty(); }
+    };
+
+    static bool IsCommand(const outbox::CloudEvent& e) {
+        return store::IsUuid(e.saga_id) && !e.step_name.empty() && (e.phase == "action" || e.phase == "compensation");
+    }
+
+    void OnCommands(pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events) {
+        Batch batch;
+        std::vector<std::string> sagas;
+        for (const outbox::InboundEvent* in : events) {
+            const auto& e = in->event;
+            if (!IsCommand(e)) continue;
+            sagas.push_back(e.saga_id);
+            for (const std::string& phase : {std::string("action"), e.phase}) {
+                batch.loaded.emplace(Key{e.saga_id, e.step_name, phase}, std::nullopt);
+            }
+        }
+        if (!sagas.empty()) {
+            // By saga id alone (a saga has a few rows here): an index scan of the primary key. A join
+            // with arrays of the three key columns took 0.76 ms a call (pg_stat_statements) against
+            // 0.05 ms for the engine's lookups of this shape. Locked in key order.
+            const auto rows =
+                store::Exec(tx,
+                            "SELECT saga_id::text, step_name, phase, status, reply::text, "
+                            "coalesce(reply_event_id::text, '') FROM participant_step WHERE saga_id = "
+                            "ANY($1::uuid[]) ORDER BY participant_step.saga_id, step_name, phase FOR UPDATE",
+                            store::UuidArray(sagas));
+            for (const auto& row : rows) {
+                const auto it = batch.loaded.find(
+                    Key{row[0].as<std::string>(), row[1].as<std::string>(), row[2].as<std::string>()});
+                if (it == batch.loaded.end()) continue;  // another step of the saga
+                it->second = Stored{row[3].as<std::string>(), row[4].as<std::string>(), row[5].as<std::string>()};
+            }
+        }
+        for (const outbox::InboundEvent* in : events) OnCommand(tx, *in, &batch);
+        Flush(tx, batch);
+    }
+
+    // The stored row of `key`: from the batch's read unless this batch wrote that step since (then
+    // its queued writes go first and the row is read again).
+    std::optional<Stored> Lookup(pqxx::work& tx, const Key& key, Batch* batch) {
+        const auto& [saga_id, step_name, phase] = key;
+        if (batch != nullptr) {
+            if (batch->touched.count({saga_id, step_name}) == 0) {
+                if (const auto it = batch->loaded.find(key); it != batch->loaded.end()) return it->second;
+            }
+            Flush(tx, *batch);
+        }
+        const auto rows = store::Exec(tx,
+                                      "SELECT status, reply::text, coalesce(reply_event_id::text, '') FROM "
+                                      "participant_step WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 "
+                                      "FOR UPDATE",
+                                      saga_id,
+                                      step_name,
+                                      phase);
+        if (rows.empty()) return std::nullopt;
+        return Stored{rows[0][0].as<std::string>(), rows[0][1].as<std::string>(), rows[0][2].as<std::string>()};
+    }
+
+    // One command, first delivery or repeated, inside the inbox transaction; `batch` (a batch of
+    // fresh commands) queues its reply, without it the reply is written at once.
+    void OnCommand(pqxx::work& tx, const outbox::InboundEvent& in, Batch* batch = nullptr) {
         const outbox::CloudEvent& e = in.event;
-        if (!store::IsUuid(e.saga_id) || e.step_name.empty() || (e.phase != "action" && e.phase != "compensation")) {
+        if (!IsCommand(e)) {
             spdlog::warn("participant {}: event {} ({}) is not a saga command (sagaid, stepname, phase); ignored",
                          config_.name,
                          e.id,
@@ -202,18 +277,17 @@ class Participant::Impl {
             return;
         }
         const Command command{e.saga_id, e.step_name, e.phase, e.type, e.id, e.data};
-        const auto stored =
-            store::Exec(tx,
-                        "SELECT status, reply::text, coalesce(reply_event_id::text, '') FROM participant_step "
-                        "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 FOR UPDATE",
-                        command.saga_id,
-                        command.step_name,
-                        command.phase);
-        if (!stored.empty()) {
+        const auto stored = Lookup(tx, {command.saga_id, command.step_name, command.phase}, batch);
+        std::optional<Stored> action;
+        if (!stored && command.phase == "compensation") {
+            action = Lookup(tx, {command.saga_id, command.step_name, "action"}, batch);
+        }
+        if (batch != nullptr) batch->touched.insert({command.saga_id, command.step_name});
+        if (stored) {
             // Answered before: the same reply again, never the effect again. A tombstone answers the
             // late action it was waiting for.
-            const std::string status = stored[0][0].as<std::string>();
-            if (status == "refused" && stored[0][2].as<std::string>().empty()) {
+            if (batch != nullptr) Flush(tx, *batch);  // replies leave in the order of their commands
+            if (stored->status == "refused" && stored->reply_event_id.empty()) {
                 ++refused_late_actions_;
                 spdlog::warn("participant {}: action {} of saga {} arrived after its compensation; refused",
                              config_.name,
@@ -222,18 +296,12 @@ class Participant::Impl {
             } else {
                 ++replayed_;
             }
-            Resend(tx, command, nlohmann::json::parse(stored[0][1].c_str()), stored[0][2].as<std::string>());
+            Resend(tx, command, nlohmann::json::parse(stored->reply), stored->reply_event_id);
             return;
         }
         if (command.phase == "compensation") {
-            const auto action = store::Exec(
-                tx,
-                "SELECT status FROM participant_step WHERE saga_id = $1::uuid AND step_name = $2 AND phase = 'action' "
-                "FOR UPDATE",
-                command.saga_id,
-                command.step_name);
-            if (action.empty() || action[0][0].as<std::string>() != "succeeded") {
-                NullCompensation(tx, command, action.empty());
+            if (!action || action->status != "succeeded") {
+                NullCompensation(tx, command, !action, batch);
                 return;
             }
         }
@@ -243,7 +311,8 @@ class Participant::Impl {
             Reply(tx,
                   command,
                   StepReply::Failure("participant '" + config_.name + "' has no handler for " + command.phase + " " +
-                                     command.type));
+                                     command.type),
+                  batch);
             return;
         }
         // A savepoint, so that a Retry answer leaves nothing behind. (Plain SQL: libpqxx 6.4's
@@ -255,14 +324,15 @@ class Participant::Impl {
                                                             : "RELEASE SAVEPOINT sagaflow_handler");
         if (reply.outcome == StepReply::Outcome::kRetry) {
             ++retries_;
-            Reply(tx, command, reply);
+            Reply(tx, command, reply, batch);
             return;
         }
-        ReplyAndStore(tx, command, reply.outcome == StepReply::Outcome::kSuccess ? "succeeded" : "failed", reply);
+        ReplyAndStore(
+            tx, command, reply.outcome == StepReply::Outcome::kSuccess ? "succeeded" : "failed", reply, batch);
         ++applied_;
     }
 
-    void NullCompensation(pqxx::work& tx, const Command& command, bool action_never_seen) {
+    void NullCompensation(pqxx::work& tx, const Command& command, bool action_never_seen, Batch* batch) {
         if (action_never_seen && !store::GuardDisabled("anti-hanging")) {
             // The tombstone: the action, should it still come, is refused.
             store::Exec(tx,
@@ -273,7 +343,7 @@ class Participant::Impl {
                         ReplyData(StepReply::Failure("the step was compensated before its action arrived")).dump());
         }
         const StepReply reply = StepReply::Success({{"nullCompensation", true}});
-        ReplyAndStore(tx, command, "null_compensation", reply);
+        ReplyAndStore(tx, command, "null_compensation", reply, batch);
         ++null_compensations_;
     }
 
@@ -283,8 +353,9 @@ class Participant::Impl {
         return data;
     }
 
-    std::string Reply(pqxx::work& tx, const Command& command, const StepReply& reply) {
-        return EnqueueReply(tx, command, ReplyData(reply));
+    // A reply that is not stored (a Retry, no handler): the engine's next resend asks again.
+    void Reply(pqxx::work& tx, const Command& command, const StepReply& reply, Batch* batch) {
+        Queue(tx, command, {}, ReplyData(reply), batch);
     }
 
     outbox::CloudEvent ReplyEvent(const Command& command, const nlohmann::json& data) const {
@@ -318,28 +389,50 @@ class Participant::Impl {
             command.event_id);
     }
 
-    // The reply into the outbox and the stored reply into participant_step: one statement, one
-    // round trip.
-    void ReplyAndStore(pqxx::work& tx, const Command& command, const std::string& status, const StepReply& reply) {
-        const nlohmann::json data = ReplyData(reply);
+    // The reply into the outbox and the stored reply into participant_step.
+    void ReplyAndStore(
+        pqxx::work& tx, const Command& command, const std::string& status, const StepReply& reply, Batch* batch) {
+        Queue(tx, command, status, ReplyData(reply), batch);
+    }
+
+    // Queues a reply (stored in participant_step with `status`, unless that is empty) in `batch`, or
+    // writes it at once without one.
+    void Queue(
+        pqxx::work& tx, const Command& command, const std::string& status, const nlohmann::json& data, Batch* batch) {
+        Batch own;
+        Batch& b = batch != nullptr ? *batch : own;
         const outbox::OutboxRow row =
-            outbox::MakeOutboxRow(config_.replies_topic, command.saga_id, ReplyEvent(command, data), 9);
-        std::vector<std::string> texts{command.saga_id,
-                                       command.step_name,
-                                       command.phase,
-                                       command.type,
-                                       command.event_id,
-                                       status,
-                                       data.dump(),
-                                       row.event_id};
-        texts.insert(texts.end(), row.params.begin(), row.params.end());
+            outbox::MakeOutboxRow(config_.replies_topic, command.saga_id, ReplyEvent(command, data), 1);
+        const std::optional<std::string> values[8] = {command.saga_id,
+                                                      command.step_name,
+                                                      command.phase,
+                                                      command.type,
+                                                      command.event_id,
+                                                      status,
+                                                      data.dump(),
+                                                      status.empty() ? "f" : "t"};
+        for (std::size_t i = 0; i < 8; ++i) b.columns[i].push_back(values[i]);
+        for (std::size_t i = 0; i < 5; ++i) b.columns[8 + i].emplace_back(row.params.at(i));
+        if (batch == nullptr) Flush(tx, own);
+    }
+
+    // The queued replies, in order, and their stored copies: one statement, one round trip.
+    void Flush(pqxx::work& tx, Batch& batch) {
+        if (batch.Empty()) return;
+        std::vector<std::string> arrays;
+        for (const auto& column : batch.columns) arrays.push_back(store::TextArray(column));
         store::ExecTexts(
             tx,
-            "WITH reply AS (" + row.sql +
-                ") INSERT INTO participant_step (saga_id, step_name, phase, command_type, command_event_id, "
-                "status, reply, reply_event_id) VALUES ($1::uuid, $2, $3, $4, $5::uuid, $6, $7::jsonb, "
-                "$8::uuid)",
-            texts);
+            "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], "
+            "$7::text[], $8::bool[], $9::uuid[], $10::text[], $11::text[], $12::text[], $13::text[]) WITH ORDINALITY "
+            "AS u(saga_id, step_name, phase, command_type, command_event_id, status, reply, store, event_id, topic, "
+            "message_key, headers, payload, n)), reply AS (" +
+                outbox::InsertRowsFrom("v") +
+                ") INSERT INTO participant_step (saga_id, step_name, phase, command_type, command_event_id, status, "
+                "reply, reply_event_id) SELECT saga_id, step_name, phase, command_type, command_event_id, status, "
+                "reply::jsonb, event_id FROM v WHERE store ORDER BY n",
+            arrays);
+        for (auto& column : batch.columns) column.clear();
     }
 
     ParticipantConfig config_;

@@ -29,6 +29,13 @@ OutboxRow MakeOutboxRow(
     return row;
 }
 
+std::string InsertRowsFrom(const std::string& relation, const std::string& join) {
+    const std::string r = relation;
+    return "INSERT INTO outbox (event_id, topic, message_key, headers, payload) SELECT " + r + ".event_id, " + r +
+           ".topic, " + r + ".message_key, " + r + ".headers::jsonb, " + r + ".payload::jsonb FROM " + r +
+           (join.empty() ? "" : " " + join) + " ORDER BY " + r + ".n ON CONFLICT (event_id) DO NOTHING";
+}
+
 std::string Enqueue(pqxx::transaction_base& tx, const std::string& topic, const std::string& key, CloudEvent event) {
     const OutboxRow row = MakeOutboxRow(topic, key, std::move(event), 1);
     store::ExecTexts(tx, row.sql, row.params);

@@ -27,6 +27,13 @@ struct OutboxRow {
 OutboxRow MakeOutboxRow(
     const std::string& topic, const std::string& key, CloudEvent event, int first, const std::string& from = "");
 
+// Many outbox rows with one statement: an INSERT of the rows of `relation` (e.g. a CTE over
+// unnest(...) of arrays), whose columns event_id (uuid), topic, message_key, headers and payload
+// (texts: MakeOutboxRow's params, in that order) and n (the order to take ids in) it reads. An id
+// already in the outbox is skipped. `join` (optional) is appended after the relation, e.g.
+// "JOIN step ON ..." to insert only rows whose own row was new.
+std::string InsertRowsFrom(const std::string& relation, const std::string& join = "");
+
 // Marks the row of `event_id` for publishing again (a step's resend after a timeout): same row,
 // same event id, same bytes. Returns false if there is no such row.
 bool Rearm(pqxx::transaction_base& tx, const std::string& event_id);

@@ -1,7 +1,7 @@
 #include "engine/detail/saga_store.hpp"
 
-#include <fmt/format.h>
-#include <deque>
+#include <algorithm>
+#include <set>
 
 #include <pqxx/pqxx>
 
@@ -80,11 +80,6 @@ std::chrono::milliseconds WithJitter(std::chrono::milliseconds delay, double jit
     return std::chrono::milliseconds(static_cast<std::int64_t>(static_cast<double>(delay.count()) * factor));
 }
 
-// libpqxx 6.4 sends a null const char* as SQL NULL; an empty text stands for "no value" here.
-const char* Nullable(const std::string& text) {
-    return text.empty() ? nullptr : text.c_str();
-}
-
 void Earliest(Effects& effects, std::chrono::milliseconds delay) {
     if (!effects.next_timer || delay < *effects.next_timer) effects.next_timer = delay;
 }
@@ -151,48 +146,11 @@ std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string
     return std::move(sagas.begin()->second);
 }
 
-namespace {
-
-// The timeline rows as one multi-row INSERT whose parameters follow the `params` already there (7
-// per row; libpqxx 6.4 binds a null const char* as NULL). `texts` keeps the converted values alive.
-std::string TimelineInsert(const std::string& saga_id,
-                           const std::vector<TimelineRow>& rows,
-                           std::deque<std::string>& texts,
-                           std::vector<const char*>& params) {
-    std::string sql = "INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) VALUES ";
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-        const auto& r = rows[i];
-        const std::size_t base = params.size();
-        sql += fmt::format("{}(${}::uuid, ${}, ${}, ${}, ${}::int, ${}::uuid, ${}::jsonb)",
-                           i == 0 ? "" : ", ",
-                           base + 1,
-                           base + 2,
-                           base + 3,
-                           base + 4,
-                           base + 5,
-                           base + 6,
-                           base + 7);
-        const std::string& attempt = texts.emplace_back(r.attempt > 0 ? std::to_string(r.attempt) : std::string());
-        const std::string& detail = texts.emplace_back(r.detail.is_null() ? std::string("{}") : r.detail.dump());
-        params.push_back(Nullable(saga_id));
-        params.push_back(r.kind.c_str());
-        params.push_back(Nullable(r.step_name));
-        params.push_back(Nullable(r.phase));
-        params.push_back(Nullable(attempt));
-        params.push_back(Nullable(r.event_id));
-        params.push_back(detail.c_str());
-    }
-    return sql;
-}
-
-}  // namespace
-
 void RecordEvents(pqxx::transaction_base& tx, const std::string& saga_id, const std::vector<TimelineRow>& rows) {
     if (rows.empty()) return;
-    std::deque<std::string> texts;
-    std::vector<const char*> params;
-    const std::string sql = TimelineInsert(saga_id, rows, texts, params);
-    store::Exec(tx, sql, pqxx::prepare::make_dynamic_params(params));
+    WriteBatch batch;
+    for (const auto& row : rows) batch.Record(saga_id, row);
+    batch.Flush(tx);
 }
 
 void RecordEvent(pqxx::transaction_base& tx,
@@ -206,15 +164,154 @@ void RecordEvent(pqxx::transaction_base& tx,
     RecordEvents(tx, saga_id, {{kind, step_name, phase, attempt, event_id, detail}});
 }
 
+bool WriteBatch::Holds(const std::string& saga_id) const {
+    return std::find(sagas_.begin(), sagas_.end(), saga_id) != sagas_.end();
+}
+
+void WriteBatch::Record(const std::string& saga_id, TimelineRow row) {
+    timeline_.push_back({saga_id, std::move(row), false});
+}
+
+std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_base& tx) {
+    std::vector<std::pair<std::string, double>> latencies;
+    using Texts = std::vector<std::optional<std::string>>;
+    // Each statement's text is the same for any number of rows: its values travel as arrays.
+    if (!updates_.empty()) {
+        Texts saga, step, phase, status, reply, open, awaiting, measure;
+        for (const auto& u : updates_) {
+            saga.emplace_back(u.saga_id);
+            step.emplace_back(u.step_name);
+            phase.emplace_back(u.phase);
+            status.emplace_back(u.status);
+            reply.push_back(u.reply);
+            open.emplace_back(u.open ? "t" : "f");
+            awaiting.emplace_back(u.open && u.awaiting_retry ? "t" : "f");
+            measure.emplace_back(u.measure ? "t" : "f");
+        }
+        const auto rows = store::Exec(
+            tx,
+            "UPDATE saga_step s SET status = v.status, reply = v.reply::jsonb, "
+            "completed_at = CASE WHEN v.open THEN NULL ELSE clock_timestamp() END, "
+            "next_attempt_at = CASE WHEN v.awaiting THEN s.next_attempt_at END, "
+            "deadline_at = CASE WHEN v.open AND NOT v.awaiting THEN s.deadline_at END "
+            "FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], $7::bool[], "
+            "$8::bool[]) AS v(saga_id, step_name, phase, status, reply, open, awaiting, measure) "
+            "WHERE s.saga_id = v.saga_id AND s.step_name = v.step_name AND s.phase = v.phase "
+            "RETURNING s.step_name, v.measure, extract(epoch FROM clock_timestamp() - s.dispatched_at)::float8",
+            store::TextArray(saga),
+            store::TextArray(step),
+            store::TextArray(phase),
+            store::TextArray(status),
+            store::TextArray(reply),
+            store::TextArray(open),
+            store::TextArray(awaiting),
+            store::TextArray(measure));
+        for (const auto& row : rows) {
+            if (row[1].as<bool>()) latencies.emplace_back(row[0].as<std::string>(), row[2].as<double>());
+        }
+    }
+    std::set<std::string> dispatched;
+    if (!new_steps_.empty()) {
+        std::vector<Texts> columns(9);
+        for (const auto& n : new_steps_) {
+            columns[0].emplace_back(n.saga_id);
+            columns[1].emplace_back(n.step_name);
+            columns[2].emplace_back(n.phase);
+            columns[3].emplace_back(n.timeout_ms);
+            for (std::size_t i = 0; i < 5; ++i) columns[4 + i].emplace_back(n.outbox.at(i));
+        }
+        // A step row is the dedup key of its phase: the outbox row goes in only with a new step
+        // row, in the order the decisions were made (the relay keeps each key's order by id).
+        const auto rows = store::Exec(
+            tx,
+            "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::uuid[], "
+            "$6::text[], $7::text[], $8::text[], $9::text[]) WITH ORDINALITY AS u(saga_id, step_name, phase, "
+            "timeout_ms, event_id, topic, message_key, headers, payload, n)), "
+            "step AS (INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
+            "deadline_at) SELECT saga_id, step_name, phase, 'dispatched', 1, event_id, "
+            "clock_timestamp() + timeout_ms * interval '1 millisecond' FROM v ORDER BY n "
+            "ON CONFLICT DO NOTHING RETURNING command_event_id) " +
+                outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
+                " RETURNING event_id::text",
+            store::TextArray(columns[0]),
+            store::TextArray(columns[1]),
+            store::TextArray(columns[2]),
+            store::TextArray(columns[3]),
+            store::TextArray(columns[4]),
+            store::TextArray(columns[5]),
+            store::TextArray(columns[6]),
+            store::TextArray(columns[7]),
+            store::TextArray(columns[8]));
+        for (const auto& row : rows) dispatched.insert(row[0].as<std::string>());
+    }
+    if (!saga_rows_.empty() || !timeline_.empty()) {
+        std::vector<Texts> sagas(5), events(7);
+        for (const auto& r : saga_rows_) {
+            sagas[0].emplace_back(r.saga_id);
+            sagas[1].emplace_back(r.status);
+            sagas[2].emplace_back(r.current_step);
+            sagas[3].emplace_back(r.data);
+            sagas[4].push_back(r.parked_reason);
+        }
+        const auto nullable = [](const std::string& text) {
+            return text.empty() ? std::nullopt : std::optional<std::string>(text);
+        };
+        for (const auto& e : timeline_) {
+            if (e.if_dispatched && dispatched.count(e.row.event_id) == 0) continue;  // dispatched before
+            events[0].push_back(nullable(e.saga_id));
+            events[1].emplace_back(e.row.kind);
+            events[2].push_back(nullable(e.row.step_name));
+            events[3].push_back(nullable(e.row.phase));
+            events[4].push_back(e.row.attempt > 0 ? std::optional<std::string>(std::to_string(e.row.attempt))
+                                                  : std::nullopt);
+            events[5].push_back(nullable(e.row.event_id));
+            events[6].emplace_back(e.row.detail.is_null() ? std::string("{}") : e.row.detail.dump());
+        }
+        // The saga rows and their timeline entries in one statement (one round trip).
+        store::Exec(tx,
+                    "WITH timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, "
+                    "detail) SELECT saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM "
+                    "unnest($6::uuid[], $7::text[], $8::text[], $9::text[], $10::int[], $11::uuid[], $12::text[]) "
+                    "WITH ORDINALITY AS e(saga_id, kind, step_name, phase, attempt, event_id, detail, n) ORDER BY n) "
+                    "UPDATE saga_instance s SET status = v.status, current_step = v.current_step, "
+                    "data = v.data::jsonb, parked_reason = v.parked_reason, updated_at = clock_timestamp(), "
+                    "version = s.version + 1 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[]) "
+                    "AS v(saga_id, status, current_step, data, parked_reason) WHERE s.saga_id = v.saga_id",
+                    store::TextArray(sagas[0]),
+                    store::TextArray(sagas[1]),
+                    store::TextArray(sagas[2]),
+                    store::TextArray(sagas[3]),
+                    store::TextArray(sagas[4]),
+                    store::TextArray(events[0]),
+                    store::TextArray(events[1]),
+                    store::TextArray(events[2]),
+                    store::TextArray(events[3]),
+                    store::TextArray(events[4]),
+                    store::TextArray(events[5]),
+                    store::TextArray(events[6]));
+    }
+    sagas_.clear();
+    updates_.clear();
+    new_steps_.clear();
+    saga_rows_.clear();
+    timeline_.clear();
+    return latencies;
+}
+
 Effects Persist(pqxx::transaction_base& tx,
                 const SagaDefinition& definition,
                 const LoadedSaga& saga,
                 const machine::Decision& decision,
                 const std::string& event_source,
                 std::mt19937_64& rng,
-                std::vector<TimelineRow> timeline) {
+                std::vector<TimelineRow> timeline,
+                WriteBatch* batch) {
     const machine::SagaState& next = decision.state;
     Effects effects;
+    WriteBatch own;
+    WriteBatch& writes = batch != nullptr ? *batch : own;
+    writes.sagas_.push_back(saga.saga_id);
+    std::vector<bool> if_dispatched(timeline.size(), false);
 
     // 1. Step phases that changed (new ones are written by their Dispatch below).
     for (const auto& phase : next.phases) {
@@ -225,24 +322,23 @@ Effects Persist(pqxx::transaction_base& tx,
             continue;
         }
         const bool open = phase.status == StepStatus::kDispatched;
-        const auto latency = store::Exec(tx,
-                                         "UPDATE saga_step SET status = $4, reply = $5::jsonb, "
-                                         "completed_at = CASE WHEN $6 THEN NULL ELSE clock_timestamp() END, "
-                                         "next_attempt_at = CASE WHEN $7 THEN next_attempt_at END, "
-                                         "deadline_at = CASE WHEN $6 AND NOT $7 THEN deadline_at END "
-                                         "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 "
-                                         "RETURNING extract(epoch FROM clock_timestamp() - dispatched_at)::float8",
-                                         saga.saga_id,
-                                         phase.step_name,
-                                         std::string(machine::ToString(phase.phase)),
-                                         StepStatusText(phase),
-                                         Nullable(phase.reply.is_null() ? std::string() : phase.reply.dump()),
-                                         open,
-                                         open && phase.awaiting_retry);
-        if (!open && before->status == StepStatus::kDispatched && !latency.empty()) {
-            effects.step_latencies.emplace_back(phase.step_name, latency[0][0].as<double>());
-        }
+        writes.updates_.push_back(
+            {saga.saga_id,
+             phase.step_name,
+             std::string(machine::ToString(phase.phase)),
+             StepStatusText(phase),
+             phase.reply.is_null() ? std::nullopt : std::optional<std::string>(phase.reply.dump()),
+             open,
+             phase.awaiting_retry,
+             !open && before->status == StepStatus::kDispatched});
     }
+    // Resends and retries update step rows in place: the queued updates of those rows go first.
+    const bool in_place = std::any_of(decision.commands.begin(), decision.commands.end(), [&](const auto& command) {
+        const auto* dispatch = std::get_if<machine::Dispatch>(&command);
+        return std::holds_alternative<machine::ScheduleRetry>(command) ||
+               (dispatch != nullptr && saga.state.Find(dispatch->step_name, dispatch->phase) != nullptr);
+    });
+    if (in_place) effects.step_latencies = writes.Flush(tx);
 
     // 2. Commands.
     for (const auto& command : decision.commands) {
@@ -261,21 +357,11 @@ Effects Persist(pqxx::transaction_base& tx,
                 event.step_name = step->name;
                 event.phase = phase_text;
                 event.data = RenderTemplate(spec.send, TemplateContext(saga, next));
-                // The step row and, only if it is new, the outbox row: one statement, one round trip.
-                const outbox::OutboxRow outbox_row =
-                    outbox::MakeOutboxRow(step->CommandTopic(), saga.saga_id, event, 6, "step");
-                std::vector<std::string> texts{
-                    saga.saga_id, step->name, phase_text, event.id, std::to_string(timeout_ms)};
-                texts.insert(texts.end(), outbox_row.params.begin(), outbox_row.params.end());
-                const auto inserted = store::ExecTexts(
-                    tx,
-                    "WITH step AS (INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, "
-                    "command_event_id, deadline_at) VALUES ($1::uuid, $2, $3, 'dispatched', 1, $4::uuid, "
-                    "clock_timestamp() + $5::bigint * interval '1 millisecond') ON CONFLICT DO NOTHING RETURNING 1) " +
-                        outbox_row.sql + " RETURNING 1",
-                    texts);
-                if (inserted.empty()) continue;  // dispatched before: never twice
+                outbox::OutboxRow row = outbox::MakeOutboxRow(step->CommandTopic(), saga.saga_id, event, 1);
+                writes.new_steps_.push_back(
+                    {saga.saga_id, step->name, phase_text, std::to_string(timeout_ms), std::move(row.params)});
                 timeline.push_back({"dispatched", step->name, phase_text, 1, event.id, {{"type", spec.type}}});
+                if_dispatched.push_back(true);  // not if the phase was dispatched before: never twice
             } else {
                 // A resend: the same row, the same event id, the same bytes.
                 const auto row = store::Exec(
@@ -301,6 +387,7 @@ Effects Persist(pqxx::transaction_base& tx,
                     outbox::Rearm(tx, event_id);
                 }
                 timeline.push_back({"resent", dispatch->step_name, phase_text, dispatch->attempt, event_id, {}});
+                if_dispatched.push_back(false);
             }
             Earliest(effects, dispatch->timeout);
         } else if (const auto* retry = std::get_if<machine::ScheduleRetry>(&command)) {
@@ -318,28 +405,32 @@ Effects Persist(pqxx::transaction_base& tx,
                         delay.count());
             timeline.push_back(
                 {"retry-scheduled", retry->step_name, phase_text, retry->attempt, {}, {{"delayMs", delay.count()}}});
+            if_dispatched.push_back(false);
             Earliest(effects, delay);
         } else if (const auto* finish = std::get_if<machine::Finish>(&command)) {
             nlohmann::json detail{{"status", machine::ToString(finish->status)}};
             if (!next.parked_reason.empty()) detail["reason"] = next.parked_reason;
             timeline.push_back({"finished", {}, {}, 0, {}, detail});
+            if_dispatched.push_back(false);
             effects.finished = true;
             effects.parked = finish->status == machine::SagaStatus::kFailed;
         }
     }
 
-    // 3. The saga row, and the timeline in the same statement (one round trip).
-    std::deque<std::string> texts{
-        saga.saga_id, std::string(machine::ToString(next.status)), std::to_string(next.current_step), next.data.dump()};
-    std::vector<const char*> params{
-        texts[0].c_str(), texts[1].c_str(), texts[2].c_str(), texts[3].c_str(), Nullable(next.parked_reason)};
-    const std::string update =
-        "UPDATE saga_instance SET status = $2, current_step = $3::int, data = $4::jsonb, parked_reason = $5, "
-        "updated_at = clock_timestamp(), version = version + 1 WHERE saga_id = $1::uuid";
-    const std::string sql =
-        timeline.empty() ? update
-                         : "WITH timeline AS (" + TimelineInsert(saga.saga_id, timeline, texts, params) + ") " + update;
-    store::Exec(tx, sql, pqxx::prepare::make_dynamic_params(params));
+    // 3. The saga row and the timeline (written together).
+    writes.saga_rows_.push_back(
+        {saga.saga_id,
+         std::string(machine::ToString(next.status)),
+         std::to_string(next.current_step),
+         next.data.dump(),
+         next.parked_reason.empty() ? std::nullopt : std::optional<std::string>(next.parked_reason)});
+    for (std::size_t i = 0; i < timeline.size(); ++i) {
+        writes.timeline_.push_back({saga.saga_id, std::move(timeline[i]), if_dispatched[i]});
+    }
+    if (batch == nullptr) {
+        auto latencies = own.Flush(tx);
+        effects.step_latencies.insert(effects.step_latencies.end(), latencies.begin(), latencies.end());
+    }
     return effects;
 }
 

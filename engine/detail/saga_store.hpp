@@ -57,17 +57,67 @@ struct Effects {
     std::vector<std::pair<std::string, double>> step_latencies;  // (step, seconds) of phases answered now
 };
 
+// Several sagas' writes, collected and then written with one statement per table (a reply batch:
+// step updates, new step + outbox rows, saga rows + timeline — three statements however many
+// replies). Flush before a saga it holds is read again, and before the transaction commits.
+class WriteBatch {
+  public:
+    bool Empty() const noexcept { return sagas_.empty() && timeline_.empty(); }
+    bool Holds(const std::string& saga_id) const;
+    // Queues a timeline entry (saga_id may be empty).
+    void Record(const std::string& saga_id, TimelineRow row);
+    // Writes everything queued and empties the batch; returns the (step, seconds) latencies of the
+    // phases the updates answered.
+    std::vector<std::pair<std::string, double>> Flush(pqxx::transaction_base& tx);
+
+  private:
+    friend Effects Persist(pqxx::transaction_base&,
+                           const SagaDefinition&,
+                           const LoadedSaga&,
+                           const machine::Decision&,
+                           const std::string&,
+                           std::mt19937_64&,
+                           std::vector<TimelineRow>,
+                           WriteBatch*);
+    struct StepUpdate {
+        std::string saga_id, step_name, phase, status;
+        std::optional<std::string> reply;
+        bool open = false, awaiting_retry = false, measure = false;
+    };
+    struct NewStep {
+        std::string saga_id, step_name, phase, timeout_ms;
+        std::vector<std::string> outbox;  // event id, topic, key, headers, payload
+    };
+    struct SagaRow {
+        std::string saga_id, status, current_step, data;
+        std::optional<std::string> parked_reason;
+    };
+    struct Entry {
+        std::string saga_id;
+        TimelineRow row;
+        bool if_dispatched = false;  // written only if the step row of row.event_id was new
+    };
+    std::vector<std::string> sagas_;
+    std::vector<StepUpdate> updates_;
+    std::vector<NewStep> new_steps_;
+    std::vector<SagaRow> saga_rows_;
+    std::vector<Entry> timeline_;
+};
+
 // Persists `decision` (made on `saga.state`): updates the changed step phases, turns its commands
 // into step rows, outbox rows (a new event id for a new phase; the same row re-armed for a resend),
 // durable timers and timeline entries, and writes the saga row. `timeline` holds the entries of the
-// event itself (started, reply, timeout); all entries are written with one statement.
+// event itself (started, reply, timeout). With `batch`, a decision that only answers phases,
+// dispatches new ones and finishes is queued there (its Effects then carry no latencies: Flush
+// returns them); one that resends or schedules a retry is written at once.
 Effects Persist(pqxx::transaction_base& tx,
                 const SagaDefinition& definition,
                 const LoadedSaga& saga,
                 const machine::Decision& decision,
                 const std::string& event_source,
                 std::mt19937_64& rng,
-                std::vector<TimelineRow> timeline = {});
+                std::vector<TimelineRow> timeline = {},
+                WriteBatch* batch = nullptr);
 
 // Appends timeline entries with one statement (saga_id may be empty: events for no known saga).
 void RecordEvents(pqxx::transaction_base& tx, const std::string& saga_id, const std::vector<TimelineRow>& rows);
