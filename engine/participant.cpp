@@ -419,9 +419,7 @@ class Participant::Impl {
     // The queued replies, in order, and their stored copies: one statement, one round trip.
     void Flush(pqxx::work& tx, Batch& batch) {
         if (batch.Empty()) return;
-        std::vector<std::string> arrays;
-        for (const auto& column : batch.columns) arrays.push_back(store::TextArray(column));
-        store::ExecTexts(
+        store::ExecArrays(
             tx,
             "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], "
             "$7::text[], $8::bool[], $9::uuid[], $10::text[], $11::text[], $12::text[], $13::text[]) WITH ORDINALITY "
@@ -431,7 +429,7 @@ class Participant::Impl {
                 ") INSERT INTO participant_step (saga_id, step_name, phase, command_type, command_event_id, status, "
                 "reply, reply_event_id) SELECT saga_id, step_name, phase, command_type, command_event_id, status, "
                 "reply::jsonb, event_id FROM v WHERE store ORDER BY n",
-            arrays);
+            {batch.columns, batch.columns + 13});
         for (auto& column : batch.columns) column.clear();
     }
 

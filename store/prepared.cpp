@@ -63,4 +63,13 @@ std::string TextArray(const std::vector<std::optional<std::string>>& values) {
     return array + "}";
 }
 
+pqxx::result ExecArrays(pqxx::transaction_base& tx,
+                        const std::string& sql,
+                        const std::vector<std::vector<std::optional<std::string>>>& columns) {
+    std::vector<std::string> arrays;
+    arrays.reserve(columns.size());
+    for (const auto& column : columns) arrays.push_back(TextArray(column));
+    return ExecTexts(tx, sql, arrays);
+}
+
 }  // namespace sagaflow::store

@@ -38,5 +38,9 @@ std::string BigintArray(const std::vector<long long>& ids);
 // quoted, `"` and `\` escaped, nullopt as NULL. Lets one prepared statement write a batch of any
 // size (`INSERT ... SELECT FROM unnest(...)`), instead of one statement text per row count.
 std::string TextArray(const std::vector<std::optional<std::string>>& values);
+// Runs `sql` with one array parameter per column ($1 = columns[0], ...), each built by TextArray.
+pqxx::result ExecArrays(pqxx::transaction_base& tx,
+                        const std::string& sql,
+                        const std::vector<std::vector<std::optional<std::string>>>& columns);
 
 }  // namespace sagaflow::store

@@ -188,7 +188,7 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
             awaiting.emplace_back(u.open && u.awaiting_retry ? "t" : "f");
             measure.emplace_back(u.measure ? "t" : "f");
         }
-        const auto rows = store::Exec(
+        const auto rows = store::ExecArrays(
             tx,
             "UPDATE saga_step s SET status = v.status, reply = v.reply::jsonb, "
             "completed_at = CASE WHEN v.open THEN NULL ELSE clock_timestamp() END, "
@@ -198,14 +198,7 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
             "$8::bool[]) AS v(saga_id, step_name, phase, status, reply, open, awaiting, measure) "
             "WHERE s.saga_id = v.saga_id AND s.step_name = v.step_name AND s.phase = v.phase "
             "RETURNING s.step_name, v.measure, extract(epoch FROM clock_timestamp() - s.dispatched_at)::float8",
-            store::TextArray(saga),
-            store::TextArray(step),
-            store::TextArray(phase),
-            store::TextArray(status),
-            store::TextArray(reply),
-            store::TextArray(open),
-            store::TextArray(awaiting),
-            store::TextArray(measure));
+            {saga, step, phase, status, reply, open, awaiting, measure});
         for (const auto& row : rows) {
             if (row[1].as<bool>()) latencies.emplace_back(row[0].as<std::string>(), row[2].as<double>());
         }
@@ -222,7 +215,7 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
         }
         // A step row is the dedup key of its phase: the outbox row goes in only with a new step
         // row, in the order the decisions were made (the relay keeps each key's order by id).
-        const auto rows = store::Exec(
+        const auto rows = store::ExecArrays(
             tx,
             "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::uuid[], "
             "$6::text[], $7::text[], $8::text[], $9::text[]) WITH ORDINALITY AS u(saga_id, step_name, phase, "
@@ -233,15 +226,7 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
             "ON CONFLICT DO NOTHING RETURNING command_event_id) " +
                 outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
                 " RETURNING event_id::text",
-            store::TextArray(columns[0]),
-            store::TextArray(columns[1]),
-            store::TextArray(columns[2]),
-            store::TextArray(columns[3]),
-            store::TextArray(columns[4]),
-            store::TextArray(columns[5]),
-            store::TextArray(columns[6]),
-            store::TextArray(columns[7]),
-            store::TextArray(columns[8]));
+            columns);
         for (const auto& row : rows) dispatched.insert(row[0].as<std::string>());
     }
     if (!saga_rows_.empty() || !timeline_.empty()) {
@@ -268,27 +253,19 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
             events[6].emplace_back(e.row.detail.is_null() ? std::string("{}") : e.row.detail.dump());
         }
         // The saga rows and their timeline entries in one statement (one round trip).
-        store::Exec(tx,
-                    "WITH timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, "
-                    "detail) SELECT saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM "
-                    "unnest($6::uuid[], $7::text[], $8::text[], $9::text[], $10::int[], $11::uuid[], $12::text[]) "
-                    "WITH ORDINALITY AS e(saga_id, kind, step_name, phase, attempt, event_id, detail, n) ORDER BY n) "
-                    "UPDATE saga_instance s SET status = v.status, current_step = v.current_step, "
-                    "data = v.data::jsonb, parked_reason = v.parked_reason, updated_at = clock_timestamp(), "
-                    "version = s.version + 1 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[]) "
-                    "AS v(saga_id, status, current_step, data, parked_reason) WHERE s.saga_id = v.saga_id",
-                    store::TextArray(sagas[0]),
-                    store::TextArray(sagas[1]),
-                    store::TextArray(sagas[2]),
-                    store::TextArray(sagas[3]),
-                    store::TextArray(sagas[4]),
-                    store::TextArray(events[0]),
-                    store::TextArray(events[1]),
-                    store::TextArray(events[2]),
-                    store::TextArray(events[3]),
-                    store::TextArray(events[4]),
-                    store::TextArray(events[5]),
-                    store::TextArray(events[6]));
+        std::vector<Texts> columns = std::move(sagas);
+        columns.insert(columns.end(), events.begin(), events.end());
+        store::ExecArrays(
+            tx,
+            "WITH timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, "
+            "detail) SELECT saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM "
+            "unnest($6::uuid[], $7::text[], $8::text[], $9::text[], $10::int[], $11::uuid[], $12::text[]) "
+            "WITH ORDINALITY AS e(saga_id, kind, step_name, phase, attempt, event_id, detail, n) ORDER BY n) "
+            "UPDATE saga_instance s SET status = v.status, current_step = v.current_step, "
+            "data = v.data::jsonb, parked_reason = v.parked_reason, updated_at = clock_timestamp(), "
+            "version = s.version + 1 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[]) "
+            "AS v(saga_id, status, current_step, data, parked_reason) WHERE s.saga_id = v.saga_id",
+            columns);
     }
     sagas_.clear();
     updates_.clear();
