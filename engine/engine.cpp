@@ -250,6 +250,9 @@ class Engine::Impl {
 
     void Stop() {
         started_ = false;
+        // Nothing waits for the database from here on: the sweep, the timer scan and a consumer
+        // batch waiting for a connection (PostgreSQL down) fail, so the joins below return.
+        parts_.BeginStop();
         // Reverse order of Start: http, sweeper, timers, consumer, relay, pool.
         if (http_) http_->Stop();
         if (sweeper_) sweeper_->Stop();
@@ -512,7 +515,10 @@ class Engine::Impl {
         m.timers_fired = counters_.timers_fired;
         m.sagas_finished = counters_.sagas_finished;
         m.sagas_parked = counters_.sagas_parked;
-        if (parts_.consumer) m.reply_duplicates = parts_.consumer->Metrics().duplicates;
+        if (parts_.consumer) {
+            m.reply_duplicates = parts_.consumer->Metrics().duplicates;
+            m.consumer_restarts = parts_.consumer->Metrics().restarts;
+        }
         if (parts_.relay) {
             m.outbox_published = parts_.relay->Metrics().published;
             m.relay_errors = parts_.relay->Metrics().retried + parts_.relay->Metrics().failed_batches;

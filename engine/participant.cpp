@@ -188,7 +188,10 @@ class Participant::Impl {
         m.null_compensations = null_compensations_;
         m.refused_late_actions = refused_late_actions_;
         m.retries = retries_;
-        if (parts_.consumer) m.duplicates = parts_.consumer->Metrics().duplicates;
+        if (parts_.consumer) {
+            m.duplicates = parts_.consumer->Metrics().duplicates;
+            m.consumer_restarts = parts_.consumer->Metrics().restarts;
+        }
         return m;
     }
 

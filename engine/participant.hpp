@@ -105,8 +105,9 @@ struct ParticipantMetrics {
     std::uint64_t replayed = 0;            // repeated commands answered with the stored reply
     std::uint64_t null_compensations = 0;  // compensations of actions never applied
     std::uint64_t refused_late_actions = 0;
-    std::uint64_t retries = 0;     // handlers that answered Retry
-    std::uint64_t duplicates = 0;  // deliveries the inbox dropped
+    std::uint64_t retries = 0;            // handlers that answered Retry
+    std::uint64_t duplicates = 0;         // deliveries the inbox dropped
+    std::uint64_t consumer_restarts = 0;  // command consumers replaced after a fatal Kafka error
 };
 
 class Participant {

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <map>
 #include <pqxx/pqxx>
 #include <set>
@@ -38,20 +39,13 @@ class Consumer::Impl {
           handler_(std::move(handler)),
           metrics_(metrics),
           stopping_(stopping) {
-        KafkaProperties properties = options_.properties;
-        properties["bootstrap.servers"] = options_.brokers;
-        properties["group.id"] = options_.group_id;
-        properties["enable.auto.commit"] = "false";  // offsets only after the database commit
-        properties.try_emplace("auto.offset.reset", "earliest");
-        properties.try_emplace("statistics.interval.ms", "1000");
-        auto conf = detail::MakeConf(properties);
-        rd_kafka_conf_set_opaque(conf.get(), this);
-        rd_kafka_conf_set_stats_cb(conf.get(), [](rd_kafka_t*, char* json, size_t len, void* opaque) {
-            static_cast<Impl*>(opaque)->OnStatistics(json, len);
-            return 0;
-        });
-        consumer_ = detail::MakeClient(RD_KAFKA_CONSUMER, std::move(conf));
-        rd_kafka_poll_set_consumer(consumer_.get());
+        consumer_properties_ = options_.properties;
+        consumer_properties_["bootstrap.servers"] = options_.brokers;
+        consumer_properties_["group.id"] = options_.group_id;
+        consumer_properties_["enable.auto.commit"] = "false";  // offsets only after the database commit
+        consumer_properties_.try_emplace("auto.offset.reset", "earliest");
+        consumer_properties_.try_emplace("statistics.interval.ms", "1000");
+        consumer_ = MakeConsumer();  // a configuration error stops the constructor here
 
         KafkaProperties dlq = options_.properties;
         dlq["bootstrap.servers"] = options_.brokers;
@@ -61,6 +55,73 @@ class Consumer::Impl {
     }
 
     void Run() {
+        std::chrono::milliseconds backoff = kFirstRestartDelay;
+        auto last_restart = std::chrono::steady_clock::time_point{};
+        bool subscribed = Subscribe();
+        while (!stopping_.load()) {
+            if (subscribed) {
+                auto batch = PollBatch();
+                if (fatal_.empty()) {
+                    if (batch.empty()) continue;
+                    try {
+                        Process(batch);
+                        CommitOffsets(batch);
+                    } catch (const std::exception& e) {
+                        // Nothing of this batch is committed to Kafka: rewind and read it again.
+                        spdlog::warn(
+                            "consumer {}: batch failed ({}); it will be read again", options_.group_id, e.what());
+                        Rewind(batch);
+                        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                    }
+                    continue;
+                }
+            }
+            // The client is unusable (a fatal error, e.g. a static member fenced by its own
+            // abandoned JoinGroup after a coordinator stall, or no subscription): librdkafka never
+            // consumes with it again, so replace it. What it had polled is not applied; the new
+            // client reads it again from the committed offsets, and the inbox drops what was applied.
+            // Fatal errors in a row back off (a second process with the same group.instance.id
+            // would fence this one each time: that is a deployment error, logged as such).
+            const auto now = std::chrono::steady_clock::now();
+            backoff = now - last_restart < std::chrono::minutes(1) ? std::min(backoff * 2, kMaxRestartDelay)
+                                                                   : kFirstRestartDelay;
+            spdlog::error(
+                "consumer {}: {}; replacing the Kafka consumer in {} ms (if this repeats, check that no other process "
+                "uses the same group.instance.id)",
+                options_.group_id,
+                fatal_.empty() ? "not subscribed" : "fatal error: " + fatal_,
+                backoff.count());
+            SleepUnlessStopping(backoff);
+            if (stopping_.load()) break;
+            rd_kafka_consumer_close(consumer_.get());
+            consumer_.reset();
+            consumer_ = MakeConsumer();
+            fatal_.clear();
+            last_restart = std::chrono::steady_clock::now();
+            ++metrics_.restarts;
+            subscribed = Subscribe();
+        }
+        rd_kafka_consumer_close(consumer_.get());
+        rd_kafka_flush(dlq_.get(), 5000);
+    }
+
+  private:
+    static constexpr std::chrono::milliseconds kFirstRestartDelay{1000};
+    static constexpr std::chrono::milliseconds kMaxRestartDelay{30'000};
+
+    detail::ClientPtr MakeConsumer() {
+        auto conf = detail::MakeConf(consumer_properties_);
+        rd_kafka_conf_set_opaque(conf.get(), this);
+        rd_kafka_conf_set_stats_cb(conf.get(), [](rd_kafka_t*, char* json, size_t len, void* opaque) {
+            static_cast<Impl*>(opaque)->OnStatistics(json, len);
+            return 0;
+        });
+        auto consumer = detail::MakeClient(RD_KAFKA_CONSUMER, std::move(conf));
+        rd_kafka_poll_set_consumer(consumer.get());
+        return consumer;
+    }
+
+    bool Subscribe() {
         detail::TopicPartitionListPtr topics{
             rd_kafka_topic_partition_list_new(static_cast<int>(options_.topics.size()))};
         for (const auto& topic : options_.topics) {
@@ -68,26 +129,18 @@ class Consumer::Impl {
         }
         if (const auto err = rd_kafka_subscribe(consumer_.get(), topics.get()); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             spdlog::error("consumer {}: cannot subscribe: {}", options_.group_id, detail::ErrorText(err));
-            return;
+            return false;
         }
-        while (!stopping_.load()) {
-            auto batch = PollBatch();
-            if (batch.empty()) continue;
-            try {
-                Process(batch);
-                CommitOffsets(batch);
-            } catch (const std::exception& e) {
-                // Nothing of this batch is committed to Kafka: rewind and read it again.
-                spdlog::warn("consumer {}: batch failed ({}); it will be read again", options_.group_id, e.what());
-                Rewind(batch);
-                std::this_thread::sleep_for(std::chrono::milliseconds(500));
-            }
-        }
-        rd_kafka_consumer_close(consumer_.get());
-        rd_kafka_flush(dlq_.get(), 5000);
+        return true;
     }
 
-  private:
+    void SleepUnlessStopping(std::chrono::milliseconds duration) {
+        const auto deadline = std::chrono::steady_clock::now() + duration;
+        while (!stopping_.load() && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+    }
+
     // Waits (up to 100 ms) for the first record, then takes what is already there, up to
     // batch_size records or batch_wait of time: a batch never waits for records that have not
     // arrived, so a quiet consumer adds no latency and a busy one still batches.
@@ -101,6 +154,12 @@ class Consumer::Impl {
             if (timeout_ms != 0) deadline = std::chrono::steady_clock::now() + options_.batch_wait;
             timeout_ms = 0;
             if (message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) continue;
+            if (message->err == RD_KAFKA_RESP_ERR__FATAL) {
+                std::array<char, 512> reason{};
+                rd_kafka_fatal_error(consumer_.get(), reason.data(), reason.size());
+                fatal_ = reason[0] != '\0' ? reason.data() : rd_kafka_message_errstr(message.get());
+                return {};
+            }
             if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
                 spdlog::warn("consumer {}: {}", options_.group_id, rd_kafka_message_errstr(message.get()));
                 continue;
@@ -139,6 +198,8 @@ class Consumer::Impl {
                 tx.commit();
             });
             return;
+        } catch (const store::PoolStopped&) {
+            throw;  // stopping: the batch is read again after the restart
         } catch (const std::exception& e) {
             spdlog::warn(
                 "consumer {}: batch transaction failed ({}); retrying record by record", options_.group_id, e.what());
@@ -155,6 +216,8 @@ class Consumer::Impl {
                         tx.commit();
                     });
                     done = true;
+                } catch (const store::PoolStopped&) {
+                    throw;  // stopping, not the record's fault: it is read again after the restart
                 } catch (const std::exception& e) {
                     last_error = e.what();
                     std::this_thread::sleep_for(std::chrono::milliseconds(50 * attempt));
@@ -306,8 +369,10 @@ class Consumer::Impl {
     BatchHandler handler_;
     ConsumerMetrics& metrics_;
     std::atomic<bool>& stopping_;
+    KafkaProperties consumer_properties_;
     detail::ClientPtr consumer_;
     detail::ClientPtr dlq_;
+    std::string fatal_;  // the consumer's fatal error, when it has raised one (consumer thread only)
     std::uint64_t unflushed_dead_letters_ = 0;  // consumer thread only
 };
 

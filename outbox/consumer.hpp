@@ -67,6 +67,9 @@ class Consumer {
     Consumer& operator=(const Consumer&) = delete;
 
     void Start();
+    // Takes no new batch; a batch in progress is not applied if the database is gone (it is read
+    // again after the restart). Stop() calls it and joins.
+    void BeginStop() { stopping_ = true; }
     void Stop();
     const ConsumerMetrics& Metrics() const noexcept { return metrics_; }
 

@@ -20,6 +20,7 @@ struct ConsumerMetrics {
     std::atomic<std::uint64_t> duplicates{0};     // dropped by the inbox
     std::atomic<std::uint64_t> dead_lettered{0};  // moved to <topic>.dlq
     std::atomic<std::int64_t> lag{0};             // records behind the high watermark, all partitions
+    std::atomic<std::uint64_t> restarts{0};       // Kafka consumers replaced after a fatal error
 };
 
 }  // namespace sagaflow::outbox

@@ -35,6 +35,14 @@ ConnectionPool::~ConnectionPool() {
     Stop();
 }
 
+void ConnectionPool::BeginStop() {
+    {
+        std::lock_guard lock{mutex_};
+        stop_connecting_ = true;
+    }
+    wake_.notify_all();
+}
+
 void ConnectionPool::Stop() {
     std::deque<Task> abandoned;
     {
@@ -69,6 +77,10 @@ std::unique_ptr<pqxx::connection> ConnectionPool::ConnectWithBackoff(int index) 
     std::mt19937 rng{std::random_device{}()};
     auto delay = options_.initial_backoff;
     for (int attempt = 1;; ++attempt) {
+        {
+            std::lock_guard lock{mutex_};
+            if (stopping_ || stop_connecting_) return nullptr;
+        }
         try {
             auto conn = ConnectOnce(options_.url);
             if (options_.on_connect) options_.on_connect(*conn);
@@ -85,7 +97,7 @@ std::unique_ptr<pqxx::connection> ConnectionPool::ConnectWithBackoff(int index) 
         // Full jitter: spreads the reconnects of many workers after an outage.
         const auto pause =
             std::chrono::milliseconds{std::uniform_int_distribution<long long>(delay.count() / 2, delay.count())(rng)};
-        if (wake_.wait_for(lock, pause, [this] { return stopping_; })) return nullptr;
+        if (wake_.wait_for(lock, pause, [this] { return stopping_ || stop_connecting_; })) return nullptr;
         delay = std::min(delay * 2, options_.max_backoff);
     }
 }
@@ -104,9 +116,9 @@ void ConnectionPool::Worker(int index) {
         for (int attempt = 1;; ++attempt) {
             if (!conn || !conn->is_open()) {
                 conn = ConnectWithBackoff(index);
-                if (!conn) {
+                if (!conn) {  // stopping: fail this job, and the next ones the same way until Stop()
                     task(nullptr, std::make_exception_ptr(PoolStopped{}));
-                    return;
+                    break;
                 }
             }
             try {

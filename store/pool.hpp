@@ -4,8 +4,10 @@
 // an executor that posts here).
 //
 // Lifecycle: constructed -> threads connect (retrying with backoff) -> Submit() runs jobs in FIFO
-// order on whichever connection is free -> Stop() (or the destructor) finishes the running jobs,
-// fails the queued ones with PoolStopped, and joins the threads.
+// order on whichever connection is free -> BeginStop(): a job that waits for a connection (the
+// database is down) fails with PoolStopped instead of waiting on, so whoever waits for it can stop
+// -> Stop() (or the destructor) finishes the running jobs, fails the queued ones with
+// PoolStopped, and joins the threads.
 //
 // A job is one transaction. If its connection breaks before commit (pqxx::broken_connection), the
 // transaction rolled back, so the worker reconnects with backoff and runs the job again, up to
@@ -83,6 +85,10 @@ class ConnectionPool {
         return Submit(std::move(job)).get();
     }
 
+    // The owner is stopping: waiting for the database ends (jobs that need a connection fail with
+    // PoolStopped); jobs on live connections still run. Call it before joining the threads that
+    // wait for pool jobs, then Stop().
+    void BeginStop();
     void Stop();
     int Size() const noexcept { return options_.size; }
     const std::string& RedactedUrl() const noexcept { return redacted_url_; }
@@ -101,6 +107,7 @@ class ConnectionPool {
     std::condition_variable wake_;
     std::deque<Task> queue_;
     bool stopping_ = false;
+    bool stop_connecting_ = false;  // BeginStop: ConnectWithBackoff gives up
     std::vector<std::thread> threads_;
 };
 

@@ -1,4 +1,6 @@
 // The `sagaflow` command line. Exit codes: 0 success, 1 the input is invalid, 2 usage error.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
 #include <atomic>
@@ -180,7 +182,9 @@ int RunEngine(const std::string& url, const RunFlags& flags) {
             std::cerr << "engine: started " << m.sagas_started << ", replies " << m.replies_applied << " (+"
                       << m.replies_ignored << " ignored, " << m.reply_duplicates << " duplicates), timers "
                       << m.timers_fired << ", finished " << m.sagas_finished << " (" << m.sagas_parked
-                      << " parked), published " << m.outbox_published << std::endl;
+                      << " parked), published " << m.outbox_published
+                      << (m.consumer_restarts != 0 ? ", consumer restarts " + std::to_string(m.consumer_restarts) : "")
+                      << std::endl;
         }
     }
     engine.Stop();
@@ -190,6 +194,9 @@ int RunEngine(const std::string& url, const RunFlags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Logs go to stderr, as a daemon's should: stdout stays for what a command prints (graphs,
+    // audit reports), and a supervisor that captures stderr gets the relay's and consumers' story.
+    spdlog::set_default_logger(spdlog::stderr_color_mt("sagaflow"));
     CLI::App app{"sagaflow: a saga orchestrator engine with idempotent steps"};
     app.set_version_flag("--version", std::string(sagaflow::Version()));
     app.require_subcommand(1);

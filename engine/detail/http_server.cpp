@@ -590,6 +590,9 @@ HttpServer::Response HttpServer::Metrics() {
             "Replies recorded and ignored (stale, unknown saga, ...).",
             m.replies_ignored);
     counter("sagaflow_timers_fired_total", "Deadlines and retries fired by this engine.", m.timers_fired);
+    counter("sagaflow_consumer_restarts_total",
+            "Reply consumers replaced after a fatal Kafka error (e.g. a fenced static member).",
+            m.consumer_restarts);
     return {200, "text/plain; version=0.0.4", out.str(), {}};
 }
 

@@ -33,7 +33,13 @@ void Runtime::StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandle
     consumer->Start();
 }
 
+void Runtime::BeginStop() {
+    if (consumer) consumer->BeginStop();  // first: a record failed by the stopping pool is not a poison record
+    if (pool) pool->BeginStop();
+}
+
 void Runtime::Stop() {
+    BeginStop();
     if (consumer) consumer->Stop();
     if (relay) relay->Stop();
     if (pool) pool->Stop();

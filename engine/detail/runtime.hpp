@@ -21,6 +21,11 @@ struct Runtime {
     void StartPool(const std::string& url, int size, bool index_plans_only = false);
     void StartRelay(const std::string& url, const std::string& brokers, const outbox::KafkaProperties& properties);
     void StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandler handler);
+    // Stopping begins: the consumer takes no new batch, and nothing waits for the database any
+    // more (a job waiting for a connection fails), so the joins below return while PostgreSQL is
+    // down. Stop() calls it first; an owner with threads of its own that wait for pool jobs calls it
+    // before joining them.
+    void BeginStop();
     void Stop();
 };
 

@@ -5,6 +5,7 @@
 
 int main(int argc, char** argv) {
     CLI::App app{"sagaflow example: the order service (participant 'order')"};
+    example::LogToStderr();
     example::ServiceFlags flags;
     example::AddServiceFlags(app, flags, "order", "orders");
     CLI11_PARSE(app, argc, argv);

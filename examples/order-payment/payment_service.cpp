@@ -11,6 +11,7 @@
 
 int main(int argc, char** argv) {
     CLI::App app{"sagaflow example: the payment service (participant 'payment')"};
+    example::LogToStderr();
     example::ServiceFlags flags;
     example::AddServiceFlags(app, flags, "payment", "payments");
     double limit = 500.0;

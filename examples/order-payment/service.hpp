@@ -2,6 +2,8 @@
 // What the two example services share: their command line, and running a Participant until
 // SIGINT/SIGTERM with a progress line every few seconds.
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
 #include <atomic>
@@ -25,6 +27,12 @@ struct ServiceFlags {
     bool no_create_topics = false;
     std::vector<std::string> consumer_properties;  // KEY=VALUE
 };
+
+// The engine's logs (relay, consumer, retries) go to stderr with the progress lines, where a
+// supervisor collects them; stdout stays quiet.
+inline void LogToStderr() {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("sagaflow"));
+}
 
 inline void AddServiceFlags(CLI::App& app,
                             ServiceFlags& flags,
@@ -73,7 +81,9 @@ inline int RunUntilSignalled(sagaflow::Participant& participant, const std::stri
             const auto m = participant.Metrics();
             std::cerr << name << ": applied " << m.applied << ", replayed " << m.replayed << ", duplicates dropped "
                       << m.duplicates << ", null compensations " << m.null_compensations << ", refused late actions "
-                      << m.refused_late_actions << std::endl;
+                      << m.refused_late_actions
+                      << (m.consumer_restarts != 0 ? ", consumer restarts " + std::to_string(m.consumer_restarts) : "")
+                      << std::endl;
         }
     }
     participant.Stop();

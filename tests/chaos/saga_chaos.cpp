@@ -9,6 +9,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -33,7 +34,7 @@ namespace {
 
 // A failed run leaves the evidence in the output (the rig's folder is removed with it): what each
 // outbox still holds, who holds the relay locks, and the tail of every process's log.
-void DumpForDiagnosis(const testing::ExampleRig& rig) {
+void DumpForDiagnosis(const testing::ExampleRig& rig, const std::map<std::string, pid_t>& processes) {
     try {
         pqxx::connection conn{rig.DbUrl()};
         pqxx::nontransaction tx{conn};
@@ -50,6 +51,54 @@ void DumpForDiagnosis(const testing::ExampleRig& rig) {
                       << row[4].as<long long>() << " backing off, oldest " << row[6].as<long long>()
                       << " s, errors: " << row[5].c_str() << ")" << std::endl;
         }
+        // Whether a relay's full claim would take those rows now: without locks, and as the relay
+        // asks (SKIP LOCKED: a row another transaction holds is skipped).
+        for (const auto& schema :
+             tx.exec("SELECT table_schema FROM information_schema.tables WHERE table_name = 'outbox'")) {
+            const std::string name = conn.quote_name(schema[0].as<std::string>()) + ".outbox";
+            const std::string claimable =
+                "SELECT o.id FROM " + name +
+                " o WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()) "
+                "AND NOT EXISTS (SELECT 1 FROM " +
+                name +
+                " b WHERE b.published_at IS NULL AND (b.next_attempt_at IS NOT NULL OR b.attempts > 0) "
+                "AND b.message_key = o.message_key AND b.id < o.id) ORDER BY id LIMIT 200";
+            const auto free =
+                tx.exec("SELECT count(*), coalesce(string_agg(id::text, ','), '') FROM (" + claimable + ") c");
+            std::cout << "diagnosis: " << name << ": " << free[0][0].c_str() << " claimable (" << free[0][1].c_str()
+                      << ")" << std::endl;
+            for (const auto& row : tx.exec("SELECT id, message_key, attempts, next_attempt_at::text, "
+                                           "extract(epoch FROM now() - created_at)::int, "
+                                           "coalesce(last_error, '') FROM " +
+                                           name + " WHERE published_at IS NULL ORDER BY id LIMIT 20")) {
+                std::cout << "diagnosis:   unpublished " << row[0].c_str() << " key " << row[1].c_str() << " attempts "
+                          << row[2].c_str() << " next " << row[3].c_str() << " age " << row[4].c_str() << " s "
+                          << row[5].c_str() << std::endl;
+            }
+        }
+        try {
+            pqxx::connection probe{rig.DbUrl()};
+            pqxx::work work{probe};
+            work.exec("SET lock_timeout = '2s'");
+            for (const auto& schema :
+                 work.exec("SELECT table_schema FROM information_schema.tables WHERE table_name = 'outbox'")) {
+                const std::string name = probe.quote_name(schema[0].as<std::string>()) + ".outbox";
+                const auto locked =
+                    work.exec("SELECT count(*) FROM (SELECT id FROM " + name +
+                              " WHERE published_at IS NULL ORDER BY id LIMIT 200 FOR UPDATE SKIP LOCKED) c");
+                std::cout << "diagnosis: " << name << ": " << locked[0][0].c_str()
+                          << " unpublished rows lockable now (SKIP LOCKED)" << std::endl;
+            }
+        } catch (const std::exception& e) {
+            std::cout << "diagnosis: lock probe failed: " << e.what() << std::endl;
+        }
+        for (const auto& row :
+             tx.exec("SELECT pid, state, coalesce(extract(epoch FROM now() - xact_start)::int, -1), "
+                     "coalesce(backend_xid::text, ''), coalesce(application_name, ''), left(query, 100) "
+                     "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")) {
+            std::cout << "diagnosis: session " << row[0].c_str() << " " << row[1].c_str() << " xact " << row[2].c_str()
+                      << " s xid " << row[3].c_str() << " " << row[4].c_str() << ": " << row[5].c_str() << std::endl;
+        }
         for (const auto& row : tx.exec("SELECT l.pid, l.objid, a.state, left(a.query, 80) FROM pg_locks l "
                                        "LEFT JOIN pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory'")) {
             std::cout << "diagnosis: advisory lock " << row[1].c_str() << " held by pid " << row[0].c_str() << " ("
@@ -58,15 +107,29 @@ void DumpForDiagnosis(const testing::ExampleRig& rig) {
     } catch (const std::exception& e) {
         std::cout << "diagnosis: database not readable: " << e.what() << std::endl;
     }
+    // Where each process's threads are (a relay that holds its lock but does not claim).
+    for (const auto& [name, pid] : processes) {
+        std::cout << "diagnosis: threads of " << name << " (pid " << pid << "):" << std::endl;
+        const std::string command = "gdb -p " + std::to_string(pid) +
+                                    " -batch -ex 'thread apply all bt 25' 2>/dev/null | grep -E '^(Thread|#)' | "
+                                    "grep -v 'in ?? ()' | head -400";
+        if (std::system(command.c_str()) != 0) std::cout << "diagnosis: (gdb not available)" << std::endl;
+    }
     for (const auto& entry : std::filesystem::directory_iterator(rig.LogDir())) {
         if (entry.path().extension() != ".log") continue;
         std::ifstream in(entry.path());
+        // The progress lines every 5 s would bury the rest: the last 40 other lines, then the last 3.
+        std::deque<std::string> events;
         std::deque<std::string> tail;
         for (std::string line; std::getline(in, line);) {
-            tail.push_back(line);
-            if (tail.size() > 30) tail.pop_front();
+            const bool progress = line.find(": applied ") != std::string::npos ||
+                                  line.rfind("engine: started ", 0) == 0 || line.rfind("relay: published ", 0) == 0;
+            auto& keep = progress ? tail : events;
+            keep.push_back(line);
+            if (keep.size() > (progress ? 3U : 40U)) keep.pop_front();
         }
         std::cout << "diagnosis: last lines of " << entry.path().filename().string() << ":" << std::endl;
+        for (const auto& line : events) std::cout << "  " << line << std::endl;
         for (const auto& line : tail) std::cout << "  " << line << std::endl;
     }
 }
@@ -345,7 +408,13 @@ void RunChaos(ChaosKafka& kafka, int default_sagas) {
             std::cout << "chaos: " << row[0].as<std::string>() << " " << row[1].as<long long>() << "\n";
         }
     }
-    if (!quiet || !report.Ok()) DumpForDiagnosis(rig);
+    if (!quiet || !report.Ok()) {
+        DumpForDiagnosis(rig,
+                         {{"engine", engine->Pid()},
+                          {"relay", relay->Pid()},
+                          {"order service", order->Pid()},
+                          {"payment service", payment->Pid()}});
+    }
     CHECK(quiet);
     CHECK(report.sagas == sagas);
     CHECK(report.Ok());

@@ -46,6 +46,34 @@ outbox::CloudEvent TestEvent(const nlohmann::json& data) {
     return event;
 }
 
+// A database with an `effect` table, a topic of two partitions, a pool and a consumer's options.
+struct ConsumerSetup {
+    ScratchDatabase db;
+    std::string brokers = KafkaBrokers();
+    std::string topic = UniqueName("commands");
+    std::unique_ptr<store::ConnectionPool> pool;
+    outbox::ConsumerOptions options;
+
+    explicit ConsumerSetup(const std::string& inbox) {
+        store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+        testing::Execute(db.Url(), "CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL)");
+        testing::CreateTopic(brokers, topic, 2);
+        pool = std::make_unique<store::ConnectionPool>(
+            store::PoolOptions{.url = db.Url(), .size = 2, .on_connect = [](auto& c) { store::PrepareInbox(c); }});
+        options.brokers = brokers;
+        options.group_id = UniqueName("group");
+        options.topics = {topic};
+        options.inbox_name = inbox;
+    }
+};
+
+// The handler's effect: counts each application of an event.
+void ApplyEffect(pqxx::work& tx, const outbox::InboundEvent& in) {
+    tx.exec_params(
+        "INSERT INTO effect VALUES ($1::uuid, 1) ON CONFLICT (event_id) DO UPDATE SET applied = effect.applied + 1",
+        in.event.id);
+}
+
 }  // namespace
 
 TEST_CASE("50,000 rows from 8 concurrent writers reach the topic once each, in per-key commit order") {
@@ -201,12 +229,12 @@ TEST_CASE("a row that commits after the relay's first claim took later ids goes 
 }
 
 TEST_CASE("the consumer applies each event once, moves malformed and poison records to the DLQ, and goes on") {
-    ScratchDatabase db;
-    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
-    testing::Execute(db.Url(), "CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL)");
-    const std::string brokers = KafkaBrokers();
-    const std::string topic = UniqueName("commands");
-    testing::CreateTopic(brokers, topic, 2);
+    ConsumerSetup setup{"itest-consumer"};
+    const std::string& brokers = setup.brokers;
+    const std::string& topic = setup.topic;
+    const std::string url = setup.db.Url();
+    store::ConnectionPool& pool = *setup.pool;
+    outbox::ConsumerOptions& options = setup.options;
 
     std::vector<std::string> values;
     std::vector<std::string> good_ids;
@@ -231,19 +259,10 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
         REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
     }
 
-    store::ConnectionPool pool{{.url = db.Url(), .size = 2, .on_connect = [](auto& c) { store::PrepareInbox(c); }}};
-    outbox::ConsumerOptions options;
-    options.brokers = brokers;
-    options.group_id = UniqueName("group");
-    options.topics = {topic};
-    options.inbox_name = "itest-consumer";
     options.max_handler_attempts = 3;
     outbox::Consumer consumer{pool, options, [](pqxx::work& tx, const outbox::InboundEvent& in) {
                                   if (in.event.data.value("poison", false)) throw std::runtime_error("poisoned");
-                                  tx.exec_params(
-                                      "INSERT INTO effect VALUES ($1::uuid, 1) ON CONFLICT (event_id) DO "
-                                      "UPDATE SET applied = effect.applied + 1",
-                                      in.event.id);
+                                  ApplyEffect(tx, in);
                               }};
     consumer.Start();
     const auto& m = consumer.Metrics();
@@ -252,8 +271,8 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
     consumer.Stop();
     CHECK(m.applied.load() == 3);
     CHECK(m.duplicates.load() == 2);
-    CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied = 1") == 3);
-    CHECK(Count(db.Url(), "SELECT count(*) FROM effect") == 3);
+    CHECK(Count(url, "SELECT count(*) FROM effect WHERE applied = 1") == 3);
+    CHECK(Count(url, "SELECT count(*) FROM effect") == 3);
 
     const auto dlq = testing::ReadTopic(brokers, topic + ".dlq", 3, std::chrono::seconds(60));
     REQUIRE(dlq.size() == 3);
@@ -267,6 +286,76 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
     std::this_thread::sleep_for(std::chrono::seconds(6));
     again.Stop();
     CHECK(again.Metrics().consumed.load() == 0);
+}
+
+TEST_CASE("a consumer fenced out of its group (static membership) replaces its Kafka client and goes on") {
+    // A static member can be fenced by a newer join under its group.instance.id — its own
+    // abandoned JoinGroup after a coordinator stall, or a second process. librdkafka then raises
+    // a fatal error and that client never consumes again; the consumer must replace it.
+    ConsumerSetup setup{"itest-fenced"};
+    const std::string& brokers = setup.brokers;
+    const std::string& topic = setup.topic;
+    const std::string url = setup.db.Url();
+    store::ConnectionPool& pool = *setup.pool;
+    outbox::ConsumerOptions& options = setup.options;
+    using namespace outbox::detail;
+    auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", brokers}}));
+    std::vector<std::string> ids;
+    const auto produce = [&](int count) {
+        for (int i = 0; i < count; ++i) {
+            auto event = TestEvent({{"n", ids.size()}});
+            event.id = outbox::NewUuidV7();
+            ids.push_back(event.id);
+            REQUIRE(
+                Produce(producer.get(), topic, "key-" + std::to_string(i), event.ToJson().dump(), nullptr, nullptr) ==
+                0);
+        }
+        REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    };
+
+    const std::string instance = UniqueName("instance");
+    options.properties = {{"group.instance.id", instance}, {"session.timeout.ms", "6000"}};
+    outbox::Consumer consumer{pool, options, ApplyEffect};
+    consumer.Start();
+    const auto& m = consumer.Metrics();
+    produce(5);
+    REQUIRE(WaitFor([&] { return m.applied.load() == 5; }, std::chrono::seconds(60)));
+
+    {
+        // A newer member under the same instance id takes the assignment; the consumer's next
+        // heartbeat is answered FENCED_INSTANCE_ID.
+        auto rival = MakeClient(RD_KAFKA_CONSUMER,
+                                MakeConf({{"bootstrap.servers", brokers},
+                                          {"group.id", options.group_id},
+                                          {"group.instance.id", instance},
+                                          {"session.timeout.ms", "6000"},
+                                          {"enable.auto.commit", "false"}}));
+        rd_kafka_poll_set_consumer(rival.get());
+        TopicPartitionListPtr topics{rd_kafka_topic_partition_list_new(1)};
+        rd_kafka_topic_partition_list_add(topics.get(), topic.c_str(), RD_KAFKA_PARTITION_UA);
+        REQUIRE(rd_kafka_subscribe(rival.get(), topics.get()) == RD_KAFKA_RESP_ERR_NO_ERROR);
+        const bool assigned = WaitFor(
+            [&] {
+                MessagePtr message{rd_kafka_consumer_poll(rival.get(), 100)};
+                rd_kafka_topic_partition_list_t* assignment = nullptr;
+                if (rd_kafka_assignment(rival.get(), &assignment) != RD_KAFKA_RESP_ERR_NO_ERROR) return false;
+                const bool any = assignment->cnt > 0;
+                rd_kafka_topic_partition_list_destroy(assignment);
+                return any;
+            },
+            std::chrono::seconds(60));
+        REQUIRE(assigned);
+        // The rival leaves without a LeaveGroup (static members do not send one) and is gone.
+        rd_kafka_consumer_close(rival.get());
+    }
+    CHECK(WaitFor([&] { return m.restarts.load() >= 1; }, std::chrono::seconds(60)));
+
+    // Events produced after the fencing are applied, once each, by the replaced client.
+    produce(20);
+    CHECK(WaitFor([&] { return m.applied.load() == 25; }, std::chrono::seconds(90)));
+    consumer.Stop();
+    CHECK(m.applied.load() == 25);
+    CHECK(Count(url, "SELECT count(*) FROM effect WHERE applied = 1") == 25);
 }
 
 TEST_CASE("the relay killed with SIGKILL 20 times: every row is published, duplicates keep their id, effects once") {

@@ -52,6 +52,10 @@ OwnPostgres::~OwnPostgres() {
     static_cast<void>(std::system((script_ + " stop " + state_ + " >/dev/null 2>&1").c_str()));
 }
 
+int OwnPostgres::Shutdown() const {
+    return std::system((script_ + " stop " + state_ + " >/dev/null").c_str());
+}
+
 int OwnPostgres::Restart() const {
     return std::system((script_ + " restart " + state_ + " >/dev/null").c_str());
 }

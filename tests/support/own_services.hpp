@@ -31,6 +31,8 @@ class OwnPostgres {
     OwnPostgres& operator=(const OwnPostgres&) = delete;
     // An immediate restart: like a crash, the server recovers from its WAL; same port.
     int Restart() const;
+    // Stops the server for good (and removes it): the database is gone until the test ends.
+    int Shutdown() const;
     const std::string& Url() const { return url_; }
 
   private:
