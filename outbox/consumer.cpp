@@ -6,6 +6,7 @@
 #include <map>
 #include <pqxx/pqxx>
 #include <set>
+#include <utility>
 
 #include "outbox/detail/rdkafka.hpp"
 #include "store/inbox.hpp"
@@ -47,11 +48,11 @@ class Consumer::Impl {
         consumer_properties_.try_emplace("statistics.interval.ms", "1000");
         consumer_ = MakeConsumer();  // a configuration error stops the constructor here
 
-        KafkaProperties dlq = options_.properties;
-        dlq["bootstrap.servers"] = options_.brokers;
-        dlq["enable.idempotence"] = "true";
-        dlq["acks"] = "all";
-        dlq_ = detail::MakeClient(RD_KAFKA_PRODUCER, detail::MakeConf(dlq));
+        dead_letter_properties_ = options_.properties;
+        dead_letter_properties_["bootstrap.servers"] = options_.brokers;
+        dead_letter_properties_["enable.idempotence"] = "true";
+        dead_letter_properties_["acks"] = "all";
+        dlq_ = MakeDeadLetterProducer();
     }
 
     void Run() {
@@ -119,6 +120,21 @@ class Consumer::Impl {
         auto consumer = detail::MakeClient(RD_KAFKA_CONSUMER, std::move(conf));
         rd_kafka_poll_set_consumer(consumer.get());
         return consumer;
+    }
+
+    // Counts failed deliveries: rd_kafka_flush() also returns once every message has *failed*, so
+    // the flush alone cannot tell that a dead letter reached the broker.
+    detail::ClientPtr MakeDeadLetterProducer() {
+        auto conf = detail::MakeConf(dead_letter_properties_);
+        rd_kafka_conf_set_opaque(conf.get(), this);
+        rd_kafka_conf_set_dr_msg_cb(conf.get(), [](rd_kafka_t*, const rd_kafka_message_t* message, void* opaque) {
+            if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+                auto* self = static_cast<Impl*>(opaque);
+                ++self->dead_letter_failures_;
+                self->dead_letter_error_ = rd_kafka_err2str(message->err);
+            }
+        });
+        return detail::MakeClient(RD_KAFKA_PRODUCER, std::move(conf));
     }
 
     bool Subscribe() {
@@ -298,6 +314,7 @@ class Consumer::Impl {
             rd_kafka_poll(dlq_.get(), 10);
         }
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            if (err == RD_KAFKA_RESP_ERR__FATAL) dlq_ = MakeDeadLetterProducer();  // unusable: a new one
             throw std::runtime_error("cannot move " + where + " to " + topic + ": " + detail::ErrorText(err));
         }
         static_cast<void>(headers.release());
@@ -305,14 +322,25 @@ class Consumer::Impl {
         spdlog::warn("consumer {}: moving {} to {}: {}", options_.group_id, where, topic, reason);
     }
 
+    // The batch's offsets may move only once the broker holds its dead letters; otherwise the
+    // batch is read again and they are produced again (at least once; never dropped).
     void FlushDeadLetters() {
         if (unflushed_dead_letters_ == 0) return;
-        if (rd_kafka_flush(dlq_.get(), 30'000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            unflushed_dead_letters_ = 0;  // the batch is read again and they are produced again
+        const auto flushed = rd_kafka_flush(dlq_.get(), 30'000);
+        const auto failed = std::exchange(dead_letter_failures_, 0);
+        const auto count = std::exchange(unflushed_dead_letters_, 0);
+        if (flushed != RD_KAFKA_RESP_ERR_NO_ERROR) {
             throw std::runtime_error("the dead-letter topic did not acknowledge within 30 s");
         }
-        metrics_.dead_lettered += unflushed_dead_letters_;
-        unflushed_dead_letters_ = 0;
+        if (failed != 0) {
+            std::array<char, 256> reason{};
+            if (rd_kafka_fatal_error(dlq_.get(), reason.data(), reason.size()) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+                dlq_ = MakeDeadLetterProducer();
+            }
+            throw std::runtime_error(std::to_string(failed) + " dead letter(s) refused by the broker (" +
+                                     dead_letter_error_ + ")");
+        }
+        metrics_.dead_lettered += count;
     }
 
     // Per (topic, partition) of the batch: the offset after its last record (to commit), or the
@@ -371,7 +399,10 @@ class Consumer::Impl {
     std::atomic<bool>& stopping_;
     KafkaProperties consumer_properties_;
     detail::ClientPtr consumer_;
+    KafkaProperties dead_letter_properties_;
     detail::ClientPtr dlq_;
+    std::uint64_t dead_letter_failures_ = 0;  // failed DLQ deliveries since the last flush (consumer thread)
+    std::string dead_letter_error_;
     std::string fatal_;  // the consumer's fatal error, when it has raised one (consumer thread only)
     std::uint64_t unflushed_dead_letters_ = 0;  // consumer thread only
 };

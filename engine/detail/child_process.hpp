@@ -1,6 +1,8 @@
 #pragma once
 // A child process: the demo runs the example services with it, and the tests kill and restart
-// sagaflow binaries with it.
+// sagaflow binaries with it. The child is killed (SIGKILL, PR_SET_PDEATHSIG) when the thread that
+// started it ends, so a crashed parent leaves no orphans: start children from a thread that
+// outlives them (the main thread).
 
 #include <sys/types.h>
 

@@ -11,10 +11,13 @@
 #include <set>
 #include <thread>
 
+#include "outbox/consumer.hpp"
 #include "outbox/detail/rdkafka.hpp"
 #include "outbox/relay.hpp"
 #include "outbox/writer.hpp"
+#include "store/inbox.hpp"
 #include "store/migrations.hpp"
+#include "store/pool.hpp"
 #include "tests/support/kafka_read.hpp"
 #include "tests/support/services.hpp"
 
@@ -174,4 +177,38 @@ TEST_CASE("a batch whose deliveries stall is published again by a new producer, 
     pqxx::read_transaction tx{check};
     CHECK(tx.exec1("SELECT count(*) FROM outbox WHERE attempts <> 1")[0].as<long long>() == 0);
     MESSAGE("published in " << seconds << " s, restarts: " << relay.Metrics().producer_restarts.load());
+}
+
+TEST_CASE("a dead letter the broker refuses is produced again, not dropped with its offset committed") {
+    MockSetup mock{"mock-commands", 1, 1, 0, 1};
+    REQUIRE(rd_kafka_mock_topic_create(mock.cluster, "mock-commands.dlq", 1, 1) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    {
+        using namespace outbox::detail;
+        auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", mock.brokers}}));
+        REQUIRE(Produce(producer.get(), mock.topic, "k", "not json at all", nullptr, nullptr) == 0);
+        REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
+    // The next two produce requests — the dead letter's — are refused with a non-retriable error:
+    // its delivery fails, and rd_kafka_flush() still returns success.
+    rd_kafka_mock_push_request_errors(
+        mock.cluster, kProduceApiKey, 2, RD_KAFKA_RESP_ERR_INVALID_RECORD, RD_KAFKA_RESP_ERR_INVALID_RECORD);
+    store::ConnectionPool pool{
+        {.url = mock.db.Url(), .size = 1, .on_connect = [](auto& c) { store::PrepareInbox(c); }}};
+    outbox::ConsumerOptions options;
+    options.brokers = mock.brokers;
+    options.group_id = "mock-dlq-group";
+    options.topics = {mock.topic};
+    options.inbox_name = "mock-dlq";
+    options.properties = {{"log_level", "2"}};
+    outbox::Consumer consumer{pool, options, [](pqxx::work&, const outbox::InboundEvent&) {}};
+    consumer.Start();
+    const auto& m = consumer.Metrics();
+    CHECK(testing::WaitFor([&] { return m.dead_lettered.load() >= 1; }, std::chrono::seconds(60)));
+    // Read again after each refusal: consumed once per attempt.
+    CHECK(m.consumed.load() >= 3);
+    consumer.Stop();
+    const auto dlq = testing::ReadTopic(mock.brokers, "mock-commands.dlq", 1, std::chrono::seconds(30));
+    REQUIRE(dlq.size() == 1);
+    CHECK(dlq[0].value == "not json at all");
+    CHECK(dlq[0].headers.at("sagaflow-dlq-reason") == "not JSON");
 }
