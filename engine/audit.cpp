@@ -214,8 +214,9 @@ AuditReport AuditBlocking(const AuditOptions& options) {
         Collect(tx,
                 outbox,
                 "SELECT message_key, '" + table +
-                    " row ' || event_id || ' unpublished for ' || round(extract(epoch "
-                    "FROM now() - created_at)) || ' s' FROM " +
+                    " row ' || event_id || ' unpublished, created ' || round(extract(epoch "
+                    "FROM now() - created_at)) || ' s ago' || CASE WHEN attempts > 0 THEN ' (re-armed after ' "
+                    "|| attempts || ' publication(s): a resend)' ELSE '' END FROM " +
                     table +
                     " WHERE published_at IS NULL AND created_at < "
                     "now() - " +
