@@ -307,11 +307,25 @@ class Consumer::Impl {
             headers.get(), "sagaflow-dlq-reason", -1, reason.data(), static_cast<ssize_t>(reason.size()));
         rd_kafka_header_add(headers.get(), "sagaflow-dlq-origin", -1, where.data(), static_cast<ssize_t>(where.size()));
         const std::string_view key(static_cast<const char*>(message->key), message->key ? message->key_len : 0);
-        const std::string_view value(static_cast<const char*>(message->payload), message->payload ? message->len : 0);
-        rd_kafka_resp_err_t err;
-        while ((err = detail::Produce(dlq_.get(), topic, key, value, headers.get(), nullptr)) ==
-               RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-            rd_kafka_poll(dlq_.get(), 10);
+        std::string_view value(static_cast<const char*>(message->payload), message->payload ? message->len : 0);
+        const auto produce = [&] {
+            rd_kafka_resp_err_t result;
+            while ((result = detail::Produce(dlq_.get(), topic, key, value, headers.get(), nullptr)) ==
+                   RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+                rd_kafka_poll(dlq_.get(), 10);
+            }
+            return result;
+        };
+        rd_kafka_resp_err_t err = produce();
+        if (err == RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE && !value.empty()) {
+            // The record plus the dead-letter headers is over the producer's message.max.bytes: a
+            // dead letter that could never be produced would stop the consumer for good. It goes
+            // without its value instead; the origin header says where the record still is.
+            const std::string omitted = std::to_string(value.size());
+            rd_kafka_header_add(
+                headers.get(), "sagaflow-dlq-value-omitted", -1, omitted.data(), static_cast<ssize_t>(omitted.size()));
+            value = {};
+            err = produce();
         }
         if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             if (err == RD_KAFKA_RESP_ERR__FATAL) dlq_ = MakeDeadLetterProducer();  // unusable: a new one

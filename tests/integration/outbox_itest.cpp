@@ -288,6 +288,37 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
     CHECK(again.Metrics().consumed.load() == 0);
 }
 
+TEST_CASE("a malformed record too large to copy into a dead letter goes there without its value") {
+    // The dead letter is the record plus two headers; when that exceeds message.max.bytes it can
+    // never be produced, and a consumer that kept trying would stop there for good.
+    ConsumerSetup setup{"itest-dlq-large"};
+    auto& options = setup.options;
+    options.properties = {{"message.max.bytes", "2000"}};
+    auto good = TestEvent({{"n", 1}});
+    good.id = outbox::NewUuidV7();
+    {
+        using namespace outbox::detail;
+        auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", setup.brokers}}));
+        REQUIRE(Produce(producer.get(), setup.topic, "k", std::string(1990, 'x'), nullptr, nullptr) == 0);
+        REQUIRE(Produce(producer.get(), setup.topic, "k", good.ToJson().dump(), nullptr, nullptr) == 0);
+        REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
+    outbox::Consumer consumer{*setup.pool, options, ApplyEffect};
+    consumer.Start();
+    const auto& m = consumer.Metrics();
+    CHECK(WaitFor([&] { return m.dead_lettered.load() == 1 && m.applied.load() == 1; }, std::chrono::seconds(60)));
+    consumer.Stop();
+    CHECK(Count(setup.db.Url(), "SELECT count(*) FROM effect WHERE applied = 1") == 1);
+    const auto dlq = testing::ReadTopic(setup.brokers, setup.topic + ".dlq", 1, std::chrono::seconds(30));
+    REQUIRE(dlq.size() == 1);
+    CHECK(dlq[0].value.empty());
+    CHECK(dlq[0].headers.at("sagaflow-dlq-value-omitted") == "1990");
+    CHECK(dlq[0].headers.at("sagaflow-dlq-reason") == "not JSON");
+    const std::string origin = dlq[0].headers.at("sagaflow-dlq-origin");  // <topic>/<partition>@<offset>
+    CHECK(origin.rfind(setup.topic + "/", 0) == 0);
+    CHECK(origin.substr(origin.size() - 2) == "@0");  // the first record of its partition
+}
+
 TEST_CASE("a consumer fenced out of its group (static membership) replaces its Kafka client and goes on") {
     // A static member can be fenced by a newer join under its group.instance.id — its own
     // abandoned JoinGroup after a coordinator stall, or a second process. librdkafka then raises
