@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <array>
 #include <map>
 #include <pqxx/pqxx>
 #include <set>
@@ -92,7 +91,7 @@ class Consumer::Impl {
                 options_.group_id,
                 fatal_.empty() ? "not subscribed" : "fatal error: " + fatal_,
                 backoff.count());
-            SleepUnlessStopping(backoff);
+            detail::SleepUnless(stopping_, backoff);
             if (stopping_.load()) break;
             rd_kafka_consumer_close(consumer_.get());
             consumer_.reset();
@@ -150,13 +149,6 @@ class Consumer::Impl {
         return true;
     }
 
-    void SleepUnlessStopping(std::chrono::milliseconds duration) {
-        const auto deadline = std::chrono::steady_clock::now() + duration;
-        while (!stopping_.load() && std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-    }
-
     // Waits (up to 100 ms) for the first record, then takes what is already there, up to
     // batch_size records or batch_wait of time: a batch never waits for records that have not
     // arrived, so a quiet consumer adds no latency and a busy one still batches.
@@ -171,9 +163,8 @@ class Consumer::Impl {
             timeout_ms = 0;
             if (message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) continue;
             if (message->err == RD_KAFKA_RESP_ERR__FATAL) {
-                std::array<char, 512> reason{};
-                rd_kafka_fatal_error(consumer_.get(), reason.data(), reason.size());
-                fatal_ = reason[0] != '\0' ? reason.data() : rd_kafka_message_errstr(message.get());
+                fatal_ = detail::FatalError(consumer_.get());
+                if (fatal_.empty()) fatal_ = rd_kafka_message_errstr(message.get());
                 return {};
             }
             if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {
@@ -347,10 +338,7 @@ class Consumer::Impl {
             throw std::runtime_error("the dead-letter topic did not acknowledge within 30 s");
         }
         if (failed != 0) {
-            std::array<char, 256> reason{};
-            if (rd_kafka_fatal_error(dlq_.get(), reason.data(), reason.size()) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-                dlq_ = MakeDeadLetterProducer();
-            }
+            if (!detail::FatalError(dlq_.get()).empty()) dlq_ = MakeDeadLetterProducer();
             throw std::runtime_error(std::to_string(failed) + " dead letter(s) refused by the broker (" +
                                      dead_letter_error_ + ")");
         }

@@ -177,7 +177,7 @@ class Relay::Impl {
             } catch (const std::exception& e) {
                 leader_ = false;
                 spdlog::warn("relay: {}; reconnecting", store::ScrubPassword(e.what(), options_.db_url));
-                SleepUnlessStopping(std::chrono::milliseconds(1000));
+                detail::SleepUnless(stopping_, std::chrono::milliseconds(1000));
             }
         }
         producer_.reset();
@@ -230,7 +230,7 @@ class Relay::Impl {
                                    ", hashtext(current_schema()))")[0]
                               .as<bool>();
                 if (!leader_.load()) {
-                    SleepUnlessStopping(options_.poll_interval);
+                    detail::SleepUnless(stopping_, options_.poll_interval);
                     continue;
                 }
                 spdlog::info("relay: publishing (leader lock taken)");
@@ -248,7 +248,7 @@ class Relay::Impl {
             if (full) last_full_claim = now;
             const int published = PublishBatch(*conn, full ? 0 : position_.position);
             if (published < 0) {  // rolled back: a new producer, and the same rows again
-                SleepUnlessStopping(options_.initial_backoff);
+                detail::SleepUnless(stopping_, options_.initial_backoff);
                 continue;
             }
             if (full && position_.suspect && published < options_.batch_size) ClearSuspect(*conn);
@@ -277,13 +277,6 @@ class Relay::Impl {
             --static_cast<Impl*>(opaque)->pending_;
         });
         producer_ = detail::MakeClient(RD_KAFKA_PRODUCER, std::move(conf));
-    }
-
-    std::string FatalError() {
-        std::array<char, 512> reason{};
-        if (rd_kafka_fatal_error(producer_.get(), reason.data(), reason.size()) == RD_KAFKA_RESP_ERR_NO_ERROR)
-            return {};
-        return reason.data();
     }
 
     // Claims rows with ids above `after` (0: from the first unpublished row); a row waits behind an
@@ -348,7 +341,7 @@ class Relay::Impl {
         bool stalled = false;
         while (pending_ > 0) {
             rd_kafka_poll(producer_.get(), 50);
-            if (fatal = FatalError(); !fatal.empty()) break;
+            if (fatal = detail::FatalError(producer_.get()); !fatal.empty()) break;
             const auto now = std::chrono::steady_clock::now();
             if (pending_ < last_pending) {
                 last_pending = pending_;
@@ -367,7 +360,7 @@ class Relay::Impl {
         }
         // A fatal error may also arrive as the error of every delivery report: then it is the
         // producer's failure, not the rows', and nothing may be marked failed.
-        if (fatal.empty()) fatal = FatalError();
+        if (fatal.empty()) fatal = detail::FatalError(producer_.get());
         if (pending_ > 0 || !fatal.empty()) {
             tx.abort();
             ++metrics_.failed_batches;
@@ -432,13 +425,6 @@ class Relay::Impl {
         pqxx::nontransaction tx{conn};
         if (!tx.exec_prepared1("suspect_open", range.lo, range.hi, std::to_string(range.xmax))[0].as<bool>()) {
             position_.suspect.reset();
-        }
-    }
-
-    void SleepUnlessStopping(std::chrono::milliseconds duration) {
-        const auto deadline = std::chrono::steady_clock::now() + duration;
-        while (!stopping_.load() && std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
         }
     }
 

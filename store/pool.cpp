@@ -49,6 +49,7 @@ void ConnectionPool::Stop() {
         std::lock_guard lock{mutex_};
         if (stopping_ && threads_.empty()) return;
         stopping_ = true;
+        stop_connecting_ = true;
         abandoned.swap(queue_);
     }
     wake_.notify_all();
@@ -79,7 +80,7 @@ std::unique_ptr<pqxx::connection> ConnectionPool::ConnectWithBackoff(int index) 
     for (int attempt = 1;; ++attempt) {
         {
             std::lock_guard lock{mutex_};
-            if (stopping_ || stop_connecting_) return nullptr;
+            if (stop_connecting_) return nullptr;
         }
         try {
             auto conn = ConnectOnce(options_.url);
@@ -97,7 +98,7 @@ std::unique_ptr<pqxx::connection> ConnectionPool::ConnectWithBackoff(int index) 
         // Full jitter: spreads the reconnects of many workers after an outage.
         const auto pause =
             std::chrono::milliseconds{std::uniform_int_distribution<long long>(delay.count() / 2, delay.count())(rng)};
-        if (wake_.wait_for(lock, pause, [this] { return stopping_ || stop_connecting_; })) return nullptr;
+        if (wake_.wait_for(lock, pause, [this] { return stop_connecting_; })) return nullptr;
         delay = std::min(delay * 2, options_.max_backoff);
     }
 }

@@ -107,7 +107,7 @@ class ConnectionPool {
     std::condition_variable wake_;
     std::deque<Task> queue_;
     bool stopping_ = false;
-    bool stop_connecting_ = false;  // BeginStop: ConnectWithBackoff gives up
+    bool stop_connecting_ = false;  // BeginStop or Stop: ConnectWithBackoff gives up
     std::vector<std::thread> threads_;
 };
 

@@ -1,6 +1,7 @@
 #include "outbox/detail/rdkafka.hpp"
 
 #include <array>
+#include <thread>
 
 namespace sagaflow::outbox::detail {
 
@@ -64,6 +65,19 @@ rd_kafka_resp_err_t Produce(rd_kafka_t* producer,
 
 std::string ErrorText(rd_kafka_resp_err_t err) {
     return rd_kafka_err2str(err);
+}
+
+std::string FatalError(rd_kafka_t* client) {
+    std::array<char, 512> reason{};
+    if (rd_kafka_fatal_error(client, reason.data(), reason.size()) == RD_KAFKA_RESP_ERR_NO_ERROR) return {};
+    return reason.data();
+}
+
+void SleepUnless(const std::atomic<bool>& stopping, std::chrono::milliseconds duration) {
+    const auto deadline = std::chrono::steady_clock::now() + duration;
+    while (!stopping.load() && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
 }
 
 }  // namespace sagaflow::outbox::detail

@@ -4,6 +4,8 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -64,5 +66,13 @@ rd_kafka_resp_err_t Produce(rd_kafka_t* producer,
 
 // The text of a librdkafka error code.
 std::string ErrorText(rd_kafka_resp_err_t err);
+
+// The client's fatal error (rd_kafka_fatal_error), or empty while it has none. A client with one
+// never works again: its owner replaces it.
+std::string FatalError(rd_kafka_t* client);
+
+// Sleeps `duration` in 20 ms slices, returning early once `stopping` is set (the relay's and the
+// consumer's back-offs, so Stop() is seen quickly).
+void SleepUnless(const std::atomic<bool>& stopping, std::chrono::milliseconds duration);
 
 }  // namespace sagaflow::outbox::detail
