@@ -190,8 +190,9 @@ class Relay::Impl {
         // Every statement of the relay is an index lookup. A plan cached while the outbox was
         // small (a fresh deployment, a table not analysed yet) chose sequential scans, and kept
         // them as the table grew: measured at 0.7-1.5 ms per mark under load, the largest
-        // database cost of a saga. With this the plans stay on the indexes whatever the statistics.
-        pqxx::nontransaction{*conn}.exec("SET enable_seqscan = off");
+        // database cost of a saga. Its claim and mark take arrays, which PostgreSQL re-planned
+        // on every call. Both fixed by store::UseOwnStatementPlans.
+        store::UseOwnStatementPlans(*conn);
         // Each row also carries the claim's snapshot xmax (a suspect range's bound, see ClaimPosition).
         const std::string columns =
             "SELECT id, event_id::text, topic, message_key, headers::text, payload::text, attempts, "

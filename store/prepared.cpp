@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <pqxx/nontransaction>
 #include <pqxx/prepared_statement>
 #include <pqxx/transaction_base>
 #include <stdexcept>
@@ -17,6 +18,10 @@ std::string PreparedName(pqxx::connection_base& conn, const std::string& sql) {
     // the statement reaches the server on its first use (and again after a reconnect).
     conn.prepare(name, sql);
     return name;
+}
+
+void UseOwnStatementPlans(pqxx::connection_base& conn) {
+    pqxx::nontransaction{conn}.exec("SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan");
 }
 
 pqxx::result ExecTexts(pqxx::transaction_base& tx, const std::string& sql, const std::vector<std::string>& params) {

@@ -1,17 +1,16 @@
 #include "engine/detail/runtime.hpp"
 
-#include <pqxx/nontransaction>
-
 #include "store/inbox.hpp"
+#include "store/prepared.hpp"
 
 namespace sagaflow::detail {
 
-void Runtime::StartPool(const std::string& url, int size, bool index_plans_only) {
+void Runtime::StartPool(const std::string& url, int size, bool own_statements_only) {
     store::PoolOptions options;
     options.url = url;
     options.size = size;
-    options.on_connect = [index_plans_only](pqxx::connection& conn) {
-        if (index_plans_only) pqxx::nontransaction{conn}.exec("SET enable_seqscan = off");
+    options.on_connect = [own_statements_only](pqxx::connection& conn) {
+        if (own_statements_only) store::UseOwnStatementPlans(conn);
         store::PrepareInbox(conn);
     };
     pool = std::make_unique<store::ConnectionPool>(options);

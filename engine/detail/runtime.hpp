@@ -16,9 +16,9 @@ struct Runtime {
     std::unique_ptr<outbox::Relay> relay;
     std::unique_ptr<outbox::Consumer> consumer;
 
-    // A pool whose connections have the inbox statements prepared. `index_plans_only`: the
-    // sessions run with `enable_seqscan = off` (see the engine's README).
-    void StartPool(const std::string& url, int size, bool index_plans_only = false);
+    // A pool whose connections have the inbox statements prepared. `own_statements_only`: the
+    // sessions run only sagaflow's statements and plan them as store::UseOwnStatementPlans says.
+    void StartPool(const std::string& url, int size, bool own_statements_only = false);
     void StartRelay(const std::string& url, const std::string& brokers, const outbox::KafkaProperties& properties);
     void StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandler handler);
     // Stopping begins: the consumer takes no new batch, and nothing waits for the database any

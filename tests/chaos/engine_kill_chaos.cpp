@@ -134,10 +134,11 @@ TEST_CASE("the engine killed with SIGKILL mid-saga 20 times: every saga ends, ev
         const long long before = events();
         const long long progress = 1 + static_cast<long long>(rng() % 40);
         WaitFor([&] { return events() >= before + progress; }, std::chrono::seconds(30));
-        const bool open = rig.Open() > 0;
         const int status = engine->KillAndWait(SIGKILL);
         kills += WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL ? 1 : 0;
-        mid_saga += open ? 1 : 0;
+        // Counted after the kill: sagas the dead engine left open (counted before it, the engine
+        // could finish the round between the count and the signal, and did once it got faster).
+        mid_saga += rig.Open() > 0 ? 1 : 0;
     }
     CHECK(kills == 20);
     CHECK(mid_saga >= 15);

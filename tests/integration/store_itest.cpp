@@ -235,6 +235,49 @@ TEST_CASE("array parameters arrive as the values sent, whatever their characters
     CHECK(tx.exec_params("SELECT ($1::uuid[])[1]::text", UuidArray({id}))[0][0].as<std::string>() == id);
 }
 
+TEST_CASE("a session of sagaflow's own statements plans an array statement once, on an index") {
+    ScratchDatabase db;
+    MigrateBlocking(db.Url(), BuiltinMigrations());
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::nontransaction{conn}.exec(
+            "CREATE TABLE plan_probe AS SELECT g AS id FROM generate_series(1, 10000) g; "
+            "ALTER TABLE plan_probe ADD PRIMARY KEY (id); ANALYZE plan_probe; "
+            "CREATE TABLE plan_small AS SELECT g AS id FROM generate_series(1, 20) g; "
+            "ALTER TABLE plan_small ADD PRIMARY KEY (id); ANALYZE plan_small");
+    }
+    // A batch lookup as the relay's mark and the engine's reads do it, two ids at a time.
+    const std::string lookup = "SELECT id FROM plan_probe WHERE id = ANY($1::bigint[])";
+    // On a table analysed while it was small (a new deployment): the plan made then must still use
+    // the index, which it needs once the table has grown.
+    const std::string fresh = "SELECT id FROM plan_small WHERE id = ANY($1::bigint[])";
+    for (const bool own : {false, true}) {
+        CAPTURE(own);
+        pqxx::connection conn{db.Url()};
+        if (own) UseOwnStatementPlans(conn);
+        pqxx::work tx{conn};
+        for (long long i = 0; i < 10; ++i) CHECK(Exec(tx, lookup, BigintArray({2 * i + 1, 2 * i + 2})).size() == 2);
+        const auto plans =
+            tx.exec_params1("SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1",
+                            PreparedName(conn, lookup));
+        if (own) {
+            CHECK(plans[0].as<int>() == 10);  // planned once, reused nine times
+            CHECK(plans[1].as<int>() == 0);
+            CHECK(Exec(tx, fresh, BigintArray({1})).size() == 1);
+            std::string plan;
+            for (const auto& row : tx.exec("EXPLAIN EXECUTE " + PreparedName(conn, fresh) + "('{}')")) {
+                plan += row[0].as<std::string>() + "\n";
+            }
+            CAPTURE(plan);
+            CHECK(plan.find("Index") != std::string::npos);
+            CHECK(plan.find("Seq Scan") == std::string::npos);
+        } else {
+            // PostgreSQL's default, for contrast: a new plan on every call (why the setting exists).
+            CHECK(plans[1].as<int>() == 10);
+        }
+    }
+}
+
 TEST_CASE("the pool runs jobs, passes errors on, and survives a killed connection") {
     ScratchDatabase db;
     MigrateBlocking(db.Url(), BuiltinMigrations());
