@@ -238,9 +238,9 @@ class Engine::Impl {
             timers_running_ = true;
             asio::post(io_, [this] { Arm(std::chrono::milliseconds(0)); });
         }
+        // The inbox of replies and the HTTP idempotency records, whichever this engine has.
+        if (config_.process_sagas || config_.http.enabled) parts_.StartSweeper(config_.http.idempotency_ttl);
         if (config_.http.enabled) {
-            sweeper_ = std::make_unique<store::Sweeper>(*parts_.pool, config_.http.idempotency_ttl);
-            sweeper_->Start();
             http_ = std::make_unique<detail::HttpServer>(io_, owner_, config_);
             http_->Start();
         }
@@ -251,9 +251,8 @@ class Engine::Impl {
         // Nothing waits for the database from here on: the sweep, the timer scan and a consumer
         // batch waiting for a connection (PostgreSQL down) fail, so the joins below return.
         parts_.BeginStop();
-        // Reverse order of Start: http, sweeper, timers, consumer, relay, pool.
+        // Reverse order of Start: http, timers, then (parts_.Stop) sweeper, consumer, relay, pool.
         if (http_) http_->Stop();
-        if (sweeper_) sweeper_->Stop();
         timers_running_ = false;
         if (io_thread_.joinable()) {
             io_.stop();
@@ -264,7 +263,6 @@ class Engine::Impl {
         }
         if (scan_.valid()) scan_.wait();  // the io thread is gone: nothing starts another scan
         http_.reset();
-        sweeper_.reset();
         parts_.Stop();
     }
 
@@ -786,8 +784,7 @@ class Engine::Impl {
     bool armed_ = false;      // io thread
     bool scanning_ = false;   // io thread
     std::optional<std::chrono::steady_clock::time_point> rescan_at_;  // io thread
-    std::unique_ptr<store::Sweeper> sweeper_;
-    std::unique_ptr<detail::HttpServer> http_;  // after io_: destroyed before it
+    std::unique_ptr<detail::HttpServer> http_;                        // after io_: destroyed before it
     std::atomic<bool> timers_running_{false};
     std::atomic<bool> started_{false};
 };

@@ -19,6 +19,7 @@
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
 #include "store/prepared.hpp"
+#include "store/sweeper.hpp"
 #include "store/test_guards.hpp"
 
 namespace sagaflow {
@@ -139,6 +140,7 @@ class Participant::Impl {
 
     void Start() {
         if (parts_.pool) return;
+        store::ValidateTtl(config_.inbox_ttl);  // before anything starts
         if (!config_.schema.empty()) {
             auto conn = store::ConnectOnce(config_.database_url);
             pqxx::work tx{*conn};
@@ -155,6 +157,7 @@ class Participant::Impl {
                 tx.commit();
             });
         }
+        parts_.StartSweeper(config_.inbox_ttl);
         const std::string commands = config_.name + ".commands";
         if (config_.create_topics) {
             outbox::EnsureTopicsBlocking(config_.kafka_brokers,

@@ -27,6 +27,7 @@
 // pool, the outbox relay and the command consumer. Handlers run on the consumer thread, one at a
 // time, and must not block on anything but the database.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -98,6 +99,10 @@ struct ParticipantConfig {
     bool create_topics = true;
     bool run_migrations = true;
     bool run_relay = true;
+    // How long the inbox (`processed_event` in `schema`) remembers a command's event id: a
+    // redelivery within it is dropped. 24..72 h (rule R-DIST-IDEM-5); a sweep on Start() and
+    // daily deletes older rows.
+    std::chrono::hours inbox_ttl{48};
 };
 
 struct ParticipantMetrics {

@@ -32,6 +32,11 @@ void Runtime::StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandle
     consumer->Start();
 }
 
+void Runtime::StartSweeper(std::chrono::hours ttl) {
+    sweeper = std::make_unique<store::Sweeper>(*pool, ttl);
+    sweeper->Start();
+}
+
 void Runtime::BeginStop() {
     if (consumer) consumer->BeginStop();  // first: a record failed by the stopping pool is not a poison record
     if (pool) pool->BeginStop();
@@ -39,9 +44,11 @@ void Runtime::BeginStop() {
 
 void Runtime::Stop() {
     BeginStop();
+    if (sweeper) sweeper->Stop();
     if (consumer) consumer->Stop();
     if (relay) relay->Stop();
     if (pool) pool->Stop();
+    sweeper.reset();
     consumer.reset();
     relay.reset();
     pool.reset();

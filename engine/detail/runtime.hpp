@@ -8,6 +8,7 @@
 #include "outbox/consumer.hpp"
 #include "outbox/relay.hpp"
 #include "store/pool.hpp"
+#include "store/sweeper.hpp"
 
 namespace sagaflow::detail {
 
@@ -15,12 +16,16 @@ struct Runtime {
     std::unique_ptr<store::ConnectionPool> pool;
     std::unique_ptr<outbox::Relay> relay;
     std::unique_ptr<outbox::Consumer> consumer;
+    std::unique_ptr<store::Sweeper> sweeper;
 
     // A pool whose connections have the inbox statements prepared. `own_statements_only`: the
     // sessions run only sagaflow's statements and plan them as store::UseOwnStatementPlans says.
     void StartPool(const std::string& url, int size, bool own_statements_only = false);
     void StartRelay(const std::string& url, const std::string& brokers, const outbox::KafkaProperties& properties);
     void StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandler handler);
+    // Deletes the pool's schema's inbox rows and idempotency records past `ttl` (24-72 h, rule
+    // R-DIST-IDEM-5): at once, then daily.
+    void StartSweeper(std::chrono::hours ttl);
     // Stopping begins: the consumer takes no new batch, and nothing waits for the database any
     // more (a job waiting for a connection fails), so the joins below return while PostgreSQL is
     // down. Stop() calls it first; an owner with threads of its own that wait for pool jobs calls it

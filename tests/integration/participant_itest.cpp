@@ -12,6 +12,7 @@
 #include "outbox/admin.hpp"
 #include "outbox/event.hpp"
 #include "outbox/uuid.hpp"
+#include "store/migrations.hpp"
 #include "tests/support/kafka_read.hpp"
 #include "tests/support/kafka_send.hpp"
 #include "tests/support/services.hpp"
@@ -33,8 +34,9 @@ struct ParticipantRig {
     std::unique_ptr<Participant> participant;
 
     // start = false: commands can be sent first (Start() then takes them as one burst).
-    explicit ParticipantRig(bool start = true) {
+    explicit ParticipantRig(bool start = true, std::chrono::hours inbox_ttl = std::chrono::hours(48)) {
         ParticipantConfig config;
+        config.inbox_ttl = inbox_ttl;
         config.name = name;
         config.database_url = db.Url();
         config.schema = "svc";
@@ -233,4 +235,43 @@ TEST_CASE("commands taken as one burst get the answers they get one by one") {
     CHECK(m.refused_late_actions == 1);
     CHECK(m.retries == 1);
     CHECK(Count(rig.SvcUrl(), "SELECT count(DISTINCT processed_at) FROM processed_event") < 7);
+}
+
+TEST_CASE("a participant's inbox forgets event ids past its TTL, and only those") {
+    ParticipantRig rig(/*start=*/false, std::chrono::hours(48));
+    {
+        pqxx::connection conn{rig.db.Url()};
+        pqxx::nontransaction{conn}.exec("CREATE SCHEMA svc");
+    }
+    store::MigrateBlocking(rig.SvcUrl(), store::BuiltinMigrations());
+    {
+        pqxx::connection conn{rig.SvcUrl()};
+        pqxx::work tx{conn};
+        for (const char* age : {"49 hours", "49 hours", "72 hours", "47 hours", "1 minute"}) {
+            tx.exec_params(
+                "INSERT INTO processed_event (consumer_name, event_id, processed_at) VALUES ('c', $1::uuid, "
+                "now() - $2::interval)",
+                outbox::NewUuidV7(),
+                std::string(age));
+        }
+        tx.commit();
+    }
+    rig.participant->Start();  // sweeps at once, then daily
+    CHECK(WaitFor([&] { return Count(rig.SvcUrl(), "SELECT count(*) FROM processed_event") == 2; },
+                  std::chrono::seconds(15)));
+    CHECK(Count(rig.SvcUrl(),
+                "SELECT count(*) FROM processed_event WHERE processed_at > now() - interval '48 hours'") == 2);
+}
+
+TEST_CASE("a participant refuses an inbox TTL outside 24-72 hours, naming the rule") {
+    for (const int hours : {12, 96}) {
+        CAPTURE(hours);
+        ParticipantRig rig(/*start=*/false, std::chrono::hours(hours));
+        try {
+            rig.participant->Start();
+            FAIL("Start() accepted an inbox TTL of " << hours << " h");
+        } catch (const std::invalid_argument& e) {
+            CHECK(std::string(e.what()).find("R-DIST-IDEM-5") != std::string::npos);
+        }
+    }
 }
