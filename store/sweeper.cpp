@@ -51,6 +51,18 @@ SweepReport SweepOnce(pqxx::connection& conn, std::chrono::hours ttl, int batch_
                         batch_size);
     // Idempotency records carry their own expiry, set from the TTL when they were written.
     report.idempotency_records = DeleteInBatches(conn, "idempotency_record", "expires_at < now()", batch_size);
+    // Published outbox rows past the TTL: the inboxes have forgotten their event ids by then, so a
+    // copy kept longer deduplicates nothing. Kept while the step phase they command is open or
+    // ended within the TTL: a resend re-arms the very row (same id, same bytes), and the audit
+    // expects a recent step's row. (Unpublished rows are never deleted.)
+    const std::string cutoff = "now() - interval '" + std::to_string(ttl.count()) + " hours'";
+    report.outbox_rows = DeleteInBatches(conn,
+                                         "outbox",
+                                         "published_at < " + cutoff +
+                                             " AND NOT EXISTS (SELECT 1 FROM saga_step s WHERE s.command_event_id = "
+                                             "outbox.event_id AND (s.completed_at IS NULL OR s.completed_at >= " +
+                                             cutoff + "))",
+                                         batch_size);
     return report;
 }
 
@@ -72,10 +84,13 @@ void Sweeper::Start() {
             lock.unlock();
             try {
                 const auto report = SweepNowBlocking();
-                spdlog::info("sweeper: deleted {} processed_event and {} idempotency_record rows older than {} h",
-                             report.processed_events,
-                             report.idempotency_records,
-                             ttl_.count());
+                spdlog::info(
+                    "sweeper: deleted {} processed_event, {} idempotency_record and {} published outbox rows older "
+                    "than {} h",
+                    report.processed_events,
+                    report.idempotency_records,
+                    report.outbox_rows,
+                    ttl_.count());
             } catch (const std::exception& e) {
                 spdlog::warn("sweeper: pass failed, retrying at the next interval: {}", e.what());
             }

@@ -1,6 +1,7 @@
 #pragma once
-// Deletes inbox rows and HTTP idempotency records past their TTL (rule R-DIST-IDEM-5), in small
-// batches, each its own short transaction, so no long lock ever blocks the hot path.
+// Deletes inbox rows, HTTP idempotency records and published outbox rows past their TTL (rule
+// R-DIST-IDEM-5), in small batches, each its own short transaction, so no long lock ever blocks
+// the hot path.
 //
 // Lifecycle: Start() runs a sweep at once and then every `interval` on its own thread, using the
 // pool's connections; Stop() (or the destructor) wakes and joins it. SweepNowBlocking() sweeps
@@ -23,9 +24,10 @@ std::chrono::hours ValidateTtl(std::chrono::hours ttl);
 struct SweepReport {
     long long processed_events = 0;
     long long idempotency_records = 0;
+    long long outbox_rows = 0;  // published, and not the command of a step phase open or ended within the TTL
 };
 
-// One pass over both tables on `conn`.
+// One pass over the three tables on `conn` (its schema's).
 SweepReport SweepOnce(pqxx::connection& conn, std::chrono::hours ttl, int batch_size = 1000);
 
 class Sweeper {

@@ -87,8 +87,9 @@ int Sweep(const std::string& url, int ttl_hours) {
     sagaflow::store::ValidateTtl(std::chrono::hours(ttl_hours));
     auto conn = sagaflow::store::ConnectOnce(url);
     const auto report = sagaflow::store::SweepOnce(*conn, std::chrono::hours(ttl_hours));
-    std::cout << "deleted " << report.processed_events << " processed_event and " << report.idempotency_records
-              << " idempotency_record rows older than " << ttl_hours << " h\n";
+    std::cout << "deleted " << report.processed_events << " processed_event, " << report.idempotency_records
+              << " idempotency_record and " << report.outbox_rows << " published outbox rows older than " << ttl_hours
+              << " h\n";
     return 0;
 }
 
@@ -222,7 +223,8 @@ int main(int argc, char** argv) {
         ->check(CLI::ExistingDirectory);
 
     int ttl_hours = 48;
-    auto* sweep = app.add_subcommand("sweep", "Delete inbox and idempotency records past their TTL, now");
+    auto* sweep = app.add_subcommand(
+        "sweep", "Delete inbox and idempotency records and published outbox rows past their TTL, now");
     sweep->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
     sweep->add_option("--ttl-hours", ttl_hours, "records older than this are deleted; 24 to 72")->capture_default_str();
 
