@@ -43,19 +43,15 @@ long long DeleteInBatches(pqxx::connection& conn,
 SweepReport SweepOnce(pqxx::connection& conn, std::chrono::hours ttl, int batch_size) {
     ValidateTtl(ttl);
     SweepReport report;
-    // The TTL is a validated integer, so it goes into the statement as text.
-    report.processed_events =
-        DeleteInBatches(conn,
-                        "processed_event",
-                        "processed_at < now() - interval '" + std::to_string(ttl.count()) + " hours'",
-                        batch_size);
+    // The TTL is a validated integer, so it goes into the statements as text.
+    const std::string cutoff = "now() - interval '" + std::to_string(ttl.count()) + " hours'";
+    report.processed_events = DeleteInBatches(conn, "processed_event", "processed_at < " + cutoff, batch_size);
     // Idempotency records carry their own expiry, set from the TTL when they were written.
     report.idempotency_records = DeleteInBatches(conn, "idempotency_record", "expires_at < now()", batch_size);
     // Published outbox rows past the TTL: the inboxes have forgotten their event ids by then, so a
     // copy kept longer deduplicates nothing. Kept while the step phase they command is open or
     // ended within the TTL: a resend re-arms the very row (same id, same bytes), and the audit
     // expects a recent step's row. (Unpublished rows are never deleted.)
-    const std::string cutoff = "now() - interval '" + std::to_string(ttl.count()) + " hours'";
     report.outbox_rows = DeleteInBatches(conn,
                                          "outbox",
                                          "published_at < " + cutoff +

@@ -23,8 +23,8 @@ struct Runtime {
     void StartPool(const std::string& url, int size, bool own_statements_only = false);
     void StartRelay(const std::string& url, const std::string& brokers, const outbox::KafkaProperties& properties);
     void StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandler handler);
-    // Deletes the pool's schema's inbox rows and idempotency records past `ttl` (24-72 h, rule
-    // R-DIST-IDEM-5): at once, then daily.
+    // Deletes the pool's schema's inbox rows, idempotency records and published outbox rows past
+    // `ttl` (24-72 h, rule R-DIST-IDEM-5): at once, then daily (store::SweepOnce).
     void StartSweeper(std::chrono::hours ttl);
     // Stopping begins: the consumer takes no new batch, and nothing waits for the database any
     // more (a job waiting for a connection fails), so the joins below return while PostgreSQL is
