@@ -249,7 +249,10 @@ int main(int argc, char** argv) {
     run->add_option("--http-token",
                     run_flags.http_tokens,
                     "TOKEN=CLIENT: require bearer tokens (repeatable); clients named operator* may list and retry");
-    run->add_option("--idempotency-ttl-hours", run_flags.idempotency_ttl_hours, "24 to 72")->capture_default_str();
+    run->add_option("--idempotency-ttl-hours",
+                    run_flags.idempotency_ttl_hours,
+                    "how long idempotency records, the reply inbox and published outbox rows are kept; 24 to 72")
+        ->capture_default_str();
     run->add_flag("--no-create-topics", run_flags.no_create_topics, "the topics exist already (no admin rights, mock)");
     run->add_flag("--static-membership",
                   run_flags.static_membership,

@@ -26,6 +26,7 @@ struct ServiceFlags {
     std::string replies_topic = "sagaflow.replies";
     bool no_create_topics = false;
     std::vector<std::string> consumer_properties;  // KEY=VALUE
+    int inbox_ttl_hours = 48;
 };
 
 // The engine's logs (relay, consumer, retries) go to stderr with the progress lines, where a
@@ -47,6 +48,11 @@ inline void AddServiceFlags(CLI::App& app,
     app.add_option("--replies-topic", flags.replies_topic, "where replies go")->capture_default_str();
     app.add_flag("--no-create-topics", flags.no_create_topics, "the topics exist already (embedded Kafka)");
     app.add_option("--consumer-property", flags.consumer_properties, "librdkafka KEY=VALUE for the command consumer");
+    app.add_option("--inbox-ttl-hours",
+                   flags.inbox_ttl_hours,
+                   "how long a command's event id is remembered (redeliveries dropped); swept daily")
+        ->check(CLI::Range(24, 72))
+        ->capture_default_str();
 }
 
 inline sagaflow::ParticipantConfig ConfigFrom(const ServiceFlags& flags) {
@@ -59,6 +65,7 @@ inline sagaflow::ParticipantConfig ConfigFrom(const ServiceFlags& flags) {
     config.create_topics = !flags.no_create_topics;
     config.kafka_properties["log_level"] = "3";
     config.consumer_properties = sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties);
+    config.inbox_ttl = std::chrono::hours(flags.inbox_ttl_hours);
     return config;
 }
 
