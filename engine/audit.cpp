@@ -6,6 +6,8 @@
 #include <pqxx/pqxx>
 #include <set>
 
+#include "store/sweeper.hpp"
+
 namespace sagaflow {
 namespace {
 
@@ -137,8 +139,9 @@ AuditReport AuditBlocking(const AuditOptions& options) {
         "entries' FROM saga_event WHERE kind = 'dispatched' GROUP BY saga_id, step_name, phase HAVING count(*) > 1 "
         "UNION ALL SELECT s.saga_id::text, 'step ' || s.step_name || ' ' || s.phase || ' has no outbox row' FROM "
         "saga_step s WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = s.command_event_id) AND "
-        // The sweeper deletes a command's row a TTL (at least 24 h) after its step ended.
-        "(s.completed_at IS NULL OR s.completed_at >= now() - interval '24 hours')");
+        // The sweeper deletes a command's row a TTL (at least store::kMinTtl) after its step ended.
+        "(s.completed_at IS NULL OR s.completed_at >= now() - interval '" +
+            std::to_string(store::kMinTtl.count()) + " hours')");
     report.checks.push_back(std::move(dispatch));
 
     AuditCheck apply{"apply-once",

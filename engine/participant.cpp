@@ -7,6 +7,7 @@
 #include <optional>
 #include <pqxx/pqxx>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 
 #include "engine/detail/runtime.hpp"
@@ -140,7 +141,11 @@ class Participant::Impl {
 
     void Start() {
         if (parts_.pool) return;
-        store::ValidateTtl(config_.inbox_ttl);  // before anything starts
+        try {
+            store::ValidateTtl(config_.inbox_ttl);  // before anything starts
+        } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument(std::string("ParticipantConfig::inbox_ttl: ") + e.what());
+        }
         if (!config_.schema.empty()) {
             auto conn = store::ConnectOnce(config_.database_url);
             pqxx::work tx{*conn};

@@ -8,12 +8,12 @@
 namespace sagaflow::store {
 
 std::chrono::hours ValidateTtl(std::chrono::hours ttl) {
-    if (ttl < std::chrono::hours(24) || ttl > std::chrono::hours(72)) {
+    if (ttl < kMinTtl || ttl > kMaxTtl) {
         throw std::invalid_argument(
-            "idempotency TTL of " + std::to_string(ttl.count()) +
+            "a TTL of " + std::to_string(ttl.count()) +
             " h is refused: it must lie in 24-72 h (rule R-DIST-IDEM-5). Shorter, and a client's real retry after "
             "an outage is no longer deduplicated and money can move twice; longer, and the tables grow for nothing. "
-            "Hint: set idempotency.ttl to a value from 24h to 72h");
+            "Hint: choose a value from 24 to 72 hours");
     }
     return ttl;
 }
@@ -39,6 +39,13 @@ long long DeleteInBatches(pqxx::connection& conn,
 }
 
 }  // namespace
+
+std::string Describe(const SweepReport& report, std::chrono::hours ttl) {
+    return "deleted " + std::to_string(report.processed_events) + " processed_event, " +
+           std::to_string(report.idempotency_records) + " idempotency_record and " +
+           std::to_string(report.outbox_rows) + " published outbox rows older than " + std::to_string(ttl.count()) +
+           " h";
+}
 
 SweepReport SweepOnce(pqxx::connection& conn, std::chrono::hours ttl, int batch_size) {
     ValidateTtl(ttl);
@@ -80,13 +87,7 @@ void Sweeper::Start() {
             lock.unlock();
             try {
                 const auto report = SweepNowBlocking();
-                spdlog::info(
-                    "sweeper: deleted {} processed_event, {} idempotency_record and {} published outbox rows older "
-                    "than {} h",
-                    report.processed_events,
-                    report.idempotency_records,
-                    report.outbox_rows,
-                    ttl_.count());
+                spdlog::info("sweeper: {}", Describe(report, ttl_));
             } catch (const std::exception& e) {
                 spdlog::warn("sweeper: pass failed, retrying at the next interval: {}", e.what());
             }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "store/pool.hpp"
@@ -18,7 +19,9 @@ namespace sagaflow::store {
 
 // The TTL must lie in 24..72 hours: shorter and a client's real retry (an hour after a network
 // failure) is no longer deduplicated; longer and the tables grow for nothing. Throws
-// std::invalid_argument naming the rule otherwise.
+// std::invalid_argument naming the rule otherwise (the caller prefixes the setting's name).
+inline constexpr std::chrono::hours kMinTtl{24};
+inline constexpr std::chrono::hours kMaxTtl{72};
 std::chrono::hours ValidateTtl(std::chrono::hours ttl);
 
 struct SweepReport {
@@ -26,6 +29,10 @@ struct SweepReport {
     long long idempotency_records = 0;
     long long outbox_rows = 0;  // published, and not the command of a step phase open or ended within the TTL
 };
+
+// "deleted N processed_event, ... rows older than T h": what `sagaflow sweep` prints and the
+// sweeper logs.
+std::string Describe(const SweepReport& report, std::chrono::hours ttl);
 
 // One pass over the three tables on `conn` (its schema's).
 SweepReport SweepOnce(pqxx::connection& conn, std::chrono::hours ttl, int batch_size = 1000);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,12 +85,14 @@ int Migrate(const std::string& url, const std::string& dir) {
 }
 
 int Sweep(const std::string& url, int ttl_hours) {
-    sagaflow::store::ValidateTtl(std::chrono::hours(ttl_hours));
+    try {
+        sagaflow::store::ValidateTtl(std::chrono::hours(ttl_hours));
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("--ttl-hours: ") + e.what());
+    }
     auto conn = sagaflow::store::ConnectOnce(url);
     const auto report = sagaflow::store::SweepOnce(*conn, std::chrono::hours(ttl_hours));
-    std::cout << "deleted " << report.processed_events << " processed_event, " << report.idempotency_records
-              << " idempotency_record and " << report.outbox_rows << " published outbox rows older than " << ttl_hours
-              << " h\n";
+    std::cout << sagaflow::store::Describe(report, std::chrono::hours(ttl_hours)) << "\n";
     return 0;
 }
 

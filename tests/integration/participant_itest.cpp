@@ -272,6 +272,7 @@ TEST_CASE("a participant refuses an inbox TTL outside 24-72 hours, naming the ru
             FAIL("Start() accepted an inbox TTL of " << hours << " h");
         } catch (const std::invalid_argument& e) {
             CHECK(std::string(e.what()).find("R-DIST-IDEM-5") != std::string::npos);
+            CHECK(std::string(e.what()).rfind("ParticipantConfig::inbox_ttl: ", 0) == 0);
         }
     }
 }
