@@ -78,6 +78,57 @@ Usage Measure(pid_t pid) {
     return u;
 }
 
+// CPU seconds of every local process whose command name is `comm` (e.g. "postgres": the postmaster
+// and its backends) or whose command line contains `cmdline_part` (the broker's main class), with
+// the children they reaped (a backend that exited still counts through its postmaster).
+double GroupCpuSeconds(const std::string& comm, const std::string& cmdline_part) {
+    double total = 0;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+        const std::string pid = entry.path().filename();
+        if (pid.empty() || !std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+        std::ifstream stat(entry.path() / "stat");
+        std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        const auto open = text.find('(');
+        const auto close = text.rfind(')');
+        if (open == std::string::npos || close == std::string::npos) continue;
+        bool member = text.compare(open + 1, close - open - 1, comm) == 0;
+        if (!member && !cmdline_part.empty()) {
+            std::ifstream cmdline(entry.path() / "cmdline");
+            std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+            member = args.find(cmdline_part) != std::string::npos;
+        }
+        if (!member) continue;
+        std::istringstream rest(text.substr(close + 2));
+        std::string field;
+        unsigned long long ticks = 0;
+        for (int i = 3; i <= 17 && rest >> field; ++i) {
+            if (i >= 14) ticks += std::stoull(field);  // utime, stime, cutime, cstime
+        }
+        total += static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    }
+    return total;
+}
+
+// CPU seconds the whole machine spent busy (every state but idle and iowait), over all cores.
+double MachineBusySeconds() {
+    std::ifstream stat("/proc/stat");
+    std::string cpu;
+    unsigned long long value = 0, busy = 0;
+    stat >> cpu;
+    for (int i = 0; i < 8 && stat >> value; ++i) {
+        if (i != 3 && i != 4) busy += value;  // user nice system idle iowait irq softirq steal
+    }
+    return static_cast<double>(busy) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+struct ServerCpu {
+    double postgres = 0, broker = 0, machine = 0;
+};
+
+ServerCpu MeasureServers() {
+    return {GroupCpuSeconds("postgres", ""), GroupCpuSeconds("", "kafka.Kafka"), MachineBusySeconds()};
+}
+
 // pgbench: single-row inserts, 16 clients, 10 s, on the same server. Returns commits/s.
 double PgbenchInserts(const Args& a) {
     {
@@ -341,6 +392,7 @@ int main(int argc, char** argv) {
 
     std::map<std::string, Usage> before;
     for (const auto& [name, pid] : pids) before[name] = Measure(pid);
+    const ServerCpu servers_before = MeasureServers();
 
     const long long checkpoints_before = Checkpoints(conn);
     std::vector<Phase> phases;
@@ -368,6 +420,7 @@ int main(int argc, char** argv) {
     }
     std::map<std::string, Usage> after_closed;
     for (const auto& [name, pid] : pids) after_closed[name] = Measure(pid);
+    const ServerCpu servers_after = MeasureServers();
     const int closed_completed = phases[0].started;
 
     // Open loop at fractions of the maximum.
@@ -424,6 +477,14 @@ int main(int argc, char** argv) {
             {"rss_kb_start", before[name].rss_kb},
             {"rss_kb_end", Measure(pid).rss_kb}};
     }
+    // The servers' share and the whole machine's, per saga of the closed loop: what a saga costs
+    // beyond sagaflow's own processes (local servers only: 0 for a server on another machine).
+    const double per_saga = 1.0 / std::max(1, closed_completed);
+    out["servers"] = {
+        {"postgres_cpu_seconds_per_saga_closed_loop", (servers_after.postgres - servers_before.postgres) * per_saga},
+        {"kafka_broker_cpu_seconds_per_saga_closed_loop", (servers_after.broker - servers_before.broker) * per_saga},
+        {"machine_busy_cpu_seconds_per_saga_closed_loop", (servers_after.machine - servers_before.machine) * per_saga},
+        {"cores", std::thread::hardware_concurrency()}};
     const long long checkpoints = Checkpoints(conn) - checkpoints_before;
     {
         pqxx::read_transaction tx{conn};

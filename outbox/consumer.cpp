@@ -42,7 +42,14 @@ class Consumer::Impl {
         consumer_properties_ = options_.properties;
         consumer_properties_["bootstrap.servers"] = options_.brokers;
         consumer_properties_["group.id"] = options_.group_id;
-        consumer_properties_["enable.auto.commit"] = "false";  // offsets only after the database commit
+        // Offsets only after the database commit: the consumer stores a batch's offsets once its
+        // transaction committed (enable.auto.offset.store=false), and librdkafka commits the stored
+        // offsets every auto.commit.interval.ms, before a partition is revoked and on close. A
+        // commit per batch was an OffsetCommit request (a write to __consumer_offsets) for every
+        // few records; a crash now re-delivers at most an interval's records, which the inbox drops.
+        consumer_properties_["enable.auto.commit"] = "true";
+        consumer_properties_["enable.auto.offset.store"] = "false";
+        consumer_properties_.try_emplace("auto.commit.interval.ms", "1000");
         consumer_properties_.try_emplace("auto.offset.reset", "earliest");
         consumer_properties_.try_emplace("statistics.interval.ms", "1000");
         consumer_ = MakeConsumer();  // a configuration error stops the constructor here
@@ -65,7 +72,7 @@ class Consumer::Impl {
                     if (batch.empty()) continue;
                     try {
                         Process(batch);
-                        CommitOffsets(batch);
+                        StoreOffsets(batch);
                     } catch (const std::exception& e) {
                         // Nothing of this batch is committed to Kafka: rewind and read it again.
                         spdlog::warn(
@@ -363,12 +370,13 @@ class Consumer::Impl {
         return list;
     }
 
-    void CommitOffsets(const std::vector<Record>& batch) {
+    void StoreOffsets(const std::vector<Record>& batch) {
         const auto list = BatchOffsets(batch, Edge::kNext);
-        // Asynchronous: the batch is applied in the database already, so a commit that is lost (a
-        // crash right now) only means a redelivery, which the inbox drops.
-        if (const auto err = rd_kafka_commit(consumer_.get(), list.get(), 1); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-            spdlog::warn("consumer {}: offset commit failed: {}", options_.group_id, detail::ErrorText(err));
+        // Stored for librdkafka's next commit: the batch is applied in the database already, so a
+        // commit that is lost (a crash before it) only means a redelivery, which the inbox drops. A
+        // partition revoked meanwhile is refused here (its new owner reads from the last commit).
+        if (const auto err = rd_kafka_offsets_store(consumer_.get(), list.get()); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            spdlog::warn("consumer {}: offset store failed: {}", options_.group_id, detail::ErrorText(err));
         }
     }
 
