@@ -2,6 +2,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
+#include <pqxx/except>
 
 #include <atomic>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "engine/definition_graph.hpp"
 #include "engine/definition_loader.hpp"
 #include "engine/engine.hpp"
+#include "engine/retention.hpp"
 #include "engine/version.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/relay.hpp"
@@ -66,6 +68,13 @@ int Graph(const std::string& file, const std::string& format) {
     return 0;
 }
 
+// The first line of a PostgreSQL error, without its "ERROR:  " (the rest points into our SQL).
+std::string FirstLine(std::string text) {
+    if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
+    if (text.rfind("ERROR:", 0) == 0) text.erase(0, text.find_first_not_of(' ', 6));
+    return text;
+}
+
 // --db, else SAGAFLOW_DB_URL; the URL is never printed unredacted.
 std::string DbUrl(const std::string& flag) {
     if (!flag.empty()) return flag;
@@ -93,6 +102,22 @@ int Sweep(const std::string& url, int ttl_hours) {
     auto conn = sagaflow::store::ConnectOnce(url);
     const auto report = sagaflow::store::SweepOnce(*conn, std::chrono::hours(ttl_hours));
     std::cout << sagaflow::store::Describe(report, std::chrono::hours(ttl_hours)) << "\n";
+    return 0;
+}
+
+int Prune(const std::string& url, int days, sagaflow::PruneOptions options) {
+    options.older_than = std::chrono::hours(24LL * std::max(days, 0));
+    try {
+        sagaflow::ValidatePruneOptions(options);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("--older-than-days: ") + e.what());
+    }
+    auto conn = sagaflow::store::ConnectOnce(url);
+    // Progress on stderr, the result on stdout: a first pass over a large history takes a while.
+    const auto report = sagaflow::PruneHistory(*conn, options, [](const sagaflow::PruneReport& so_far) {
+        std::cerr << "prune: " << so_far.sagas << " sagas deleted so far\n";
+    });
+    std::cout << sagaflow::Describe(report, options) << "\n";
     return 0;
 }
 
@@ -231,6 +256,16 @@ int main(int argc, char** argv) {
     sweep->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
     sweep->add_option("--ttl-hours", ttl_hours, "records older than this are deleted; 24 to 72")->capture_default_str();
 
+    int prune_days = 30;
+    sagaflow::PruneOptions prune_options;
+    auto* prune = app.add_subcommand(
+        "prune", "Delete finished sagas (row, steps, timeline) that ended over --older-than-days ago; for cron");
+    prune->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
+    prune->add_option("--older-than-days", prune_days, "sagas that ended longer ago are deleted; at least 3")
+        ->capture_default_str();
+    prune->add_flag("--include-failed", prune_options.include_failed, "also failed sagas (parked for an operator)");
+    prune->add_flag("--dry-run", prune_options.dry_run, "count what would be deleted, delete nothing");
+
     std::string brokers;
     auto* relay = app.add_subcommand("relay", "Publish outbox rows to Kafka until interrupted");
     relay->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
@@ -318,6 +353,7 @@ int main(int argc, char** argv) {
     try {
         if (*migrate) return Migrate(DbUrl(db_flag), migrations_dir);
         if (*sweep) return Sweep(DbUrl(db_flag), ttl_hours);
+        if (*prune) return Prune(DbUrl(db_flag), prune_days, prune_options);
         if (*relay) return RunRelay(DbUrl(db_flag), brokers);
         if (*run) return RunEngine(DbUrl(db_flag), run_flags);
         if (*audit) {
@@ -333,6 +369,14 @@ int main(int argc, char** argv) {
         }
     } catch (const CLI::ParseError& e) {
         return app.exit(e), kExitUsage;
+    } catch (const pqxx::undefined_table& e) {
+        // sweep and audit read sagaflow's tables but never create them (run, relay and demo do).
+        std::cerr << "sagaflow: error: " << FirstLine(e.what())
+                  << "\nHint: this database has no sagaflow schema yet (or --db names another database): run "
+                     "`sagaflow migrate --db URL` first"
+                  << (*audit ? "; for a participant's tables check --participant-schema and --payments-schema" : "")
+                  << "\n";
+        return kExitInvalid;
     } catch (const std::exception& e) {
         std::cerr << "sagaflow: error: " << e.what() << "\n";
         return kExitInvalid;

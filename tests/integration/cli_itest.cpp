@@ -1,0 +1,171 @@
+// The sagaflow CLI's maintenance commands against a real PostgreSQL: what an operator runs by
+// hand or from cron.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <unistd.h>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <utility>
+
+#include <pqxx/pqxx>
+
+#include "engine/retention.hpp"
+#include "tests/support/services.hpp"
+
+using sagaflow::testing::Count;
+using sagaflow::testing::ScratchDatabase;
+
+namespace {
+
+// Runs `sagaflow <args>`; returns its exit code and what it wrote to stdout and stderr.
+struct CliRun {
+    int code = -1;
+    std::string out, err;
+};
+
+CliRun RunCli(const std::string& args) {
+    const std::string base = "/tmp/sagaflow-cli-itest-" + std::to_string(getpid());
+    const int status =
+        std::system((sagaflow::testing::SagaflowCli() + " " + args + " >" + base + ".out 2>" + base + ".err").c_str());
+    const auto slurp = [](const std::string& path) {
+        std::ifstream in(path);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::remove(path.c_str());
+        return text;
+    };
+    CliRun run;
+    run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    run.out = slurp(base + ".out");
+    run.err = slurp(base + ".err");
+    return run;
+}
+
+}  // namespace
+
+TEST_CASE("sweep and audit against a database without sagaflow's tables say to migrate first, and create nothing") {
+    ScratchDatabase db;
+    for (const std::string command : {"sweep", "audit"}) {
+        CAPTURE(command);
+        const CliRun run = RunCli(command + " --db '" + db.Url() + "'");
+        CHECK(run.code == 1);
+        CHECK(run.err.find("does not exist") != std::string::npos);
+        CHECK(run.err.find("Hint: this database has no sagaflow schema yet") != std::string::npos);
+        CHECK(run.err.find("run `sagaflow migrate --db URL` first") != std::string::npos);
+        CHECK(run.err.find("LINE 1") == std::string::npos);  // PostgreSQL's pointer into our SQL is not for users
+    }
+    CHECK(Count(db.Url(), "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == 0);
+
+    // Migrated, the same commands succeed.
+    REQUIRE(RunCli("migrate --db '" + db.Url() + "'").code == 0);
+    const CliRun sweep = RunCli("sweep --db '" + db.Url() + "'");
+    CHECK(sweep.code == 0);
+    CHECK(sweep.out.find("deleted 0 processed_event") != std::string::npos);
+}
+
+namespace {
+
+// A saga of `type` with `status`, created `created_days` and last changed `ended_days` ago, with
+// two step rows and three timeline entries. Returns its id.
+std::string AddSaga(
+    const std::string& url, const std::string& type, const std::string& status, int created_days, int ended_days) {
+    pqxx::connection conn{url};
+    pqxx::work tx{conn};
+    const std::string id = tx.exec1("SELECT gen_random_uuid()::text")[0].as<std::string>();
+    tx.exec_params(
+        "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, "
+        "input, created_at, updated_at) VALUES ($1::uuid, $2, 1, 'h', $3, '{}', now() - make_interval(days "
+        "=> $4), now() - make_interval(days => $5))",
+        id,
+        type,
+        status,
+        created_days,
+        ended_days);
+    for (const std::string step : {"one", "two"}) {
+        tx.exec_params(
+            "INSERT INTO saga_step (saga_id, step_name, phase, status, command_event_id) VALUES ($1::uuid, "
+            "$2, 'action', 'succeeded', gen_random_uuid())",
+            id,
+            step);
+    }
+    tx.exec_params(
+        "INSERT INTO saga_event (saga_id, kind, at) SELECT $1::uuid, 'k', now() - make_interval(days => $2) "
+        "FROM generate_series(1, 3)",
+        id,
+        ended_days);
+    tx.commit();
+    return id;
+}
+
+long long SagaRows(const std::string& url, const std::string& id) {
+    return Count(url,
+                 "SELECT (SELECT count(*) FROM saga_instance WHERE saga_id = '" + id +
+                     "') + (SELECT count(*) FROM saga_step WHERE saga_id = '" + id +
+                     "') + (SELECT count(*) FROM saga_event WHERE saga_id = '" + id + "')");
+}
+
+}  // namespace
+
+TEST_CASE(
+    "prune deletes finished sagas that ended before the horizon, with their steps and timeline, and nothing else") {
+    ScratchDatabase db;
+    const std::string url = db.Url();
+    REQUIRE(RunCli("migrate --db '" + url + "'").code == 0);
+    sagaflow::testing::Execute(url,
+                               "INSERT INTO saga_definition (saga_type, version, hash, canonical) VALUES "
+                               "('order-payment', 1, 'h', '{}'), ('trip', 1, 'h', '{}')");
+    const std::string completed_31 = AddSaga(url, "order-payment", "completed", 32, 31);
+    const std::string compensated_40 = AddSaga(url, "order-payment", "compensated", 40, 40);
+    const std::string trip_35 = AddSaga(url, "trip", "completed", 35, 35);
+    const std::string failed_40 = AddSaga(url, "order-payment", "failed", 40, 40);
+    const std::string completed_29 = AddSaga(url, "order-payment", "completed", 29, 29);
+    const std::string running_60 = AddSaga(url, "order-payment", "running", 60, 60);
+    const std::string long_lived = AddSaga(url, "order-payment", "completed", 60, 1);  // created long ago, ended now
+    sagaflow::testing::Execute(url,
+                               "INSERT INTO saga_event (saga_id, kind, at) VALUES (NULL, 'ignored', now() - interval "
+                               "'31 days'), (NULL, 'ignored', now() - interval '1 day')");
+    const auto all_rows = [&] {
+        return Count(url,
+                     "SELECT (SELECT count(*) FROM saga_instance) + (SELECT count(*) FROM saga_step) + "
+                     "(SELECT count(*) FROM saga_event)");
+    };
+    REQUIRE(all_rows() == 7 * 6 + 2);
+
+    const CliRun refused = RunCli("prune --older-than-days 2 --db '" + url + "'");
+    CHECK(refused.code == 1);
+    CHECK(refused.err.find("--older-than-days: a horizon of 48 h is refused: it must be at least 72 h") !=
+          std::string::npos);
+
+    const CliRun dry = RunCli("prune --dry-run --db '" + url + "'");
+    CHECK(dry.code == 0);
+    CHECK(dry.out.find("would delete 3 sagas (6 step rows, 9 timeline entries) that ended over 30 days ago") !=
+          std::string::npos);
+    CHECK(all_rows() == 7 * 6 + 2);  // a dry run deletes nothing
+
+    const CliRun run = RunCli("prune --db '" + url + "'");
+    CHECK(run.code == 0);
+    CHECK(run.out.find("deleted 3 sagas (6 step rows, 9 timeline entries) that ended over 30 days ago") !=
+          std::string::npos);
+    CHECK(run.out.find("and 1 timeline entries of no saga") != std::string::npos);
+    CHECK(run.err.find("prune: 1 sagas deleted so far") != std::string::npos);  // progress, per batch
+    for (const auto& id : {completed_31, compensated_40, trip_35}) CHECK(SagaRows(url, id) == 0);
+    for (const auto& id : {failed_40, completed_29, running_60, long_lived}) CHECK(SagaRows(url, id) == 6);
+    CHECK(Count(url, "SELECT count(*) FROM saga_event WHERE saga_id IS NULL") == 1);
+
+    // Failed sagas only when asked; in batches of one through the library, with progress each time.
+    sagaflow::PruneOptions options;
+    options.include_failed = true;
+    options.batch_size = 1;
+    int calls = 0;
+    pqxx::connection conn{url};
+    const auto report = sagaflow::PruneHistory(conn, options, [&](const sagaflow::PruneReport&) { ++calls; });
+    CHECK(report.sagas == 1);
+    CHECK(report.steps == 2);
+    CHECK(report.events == 3);
+    CHECK(calls == 1);
+    CHECK(SagaRows(url, failed_40) == 0);
+    CHECK(all_rows() == 3 * 6 + 1);
+}
