@@ -211,6 +211,10 @@ AuditReport AuditBlocking(const AuditOptions& options) {
     }
     report.checks.push_back(std::move(hanging));
 
+    // A resend re-arms its row (outbox::Rearm: due at once, next_attempt_at = now()): it is late
+    // only once it waited longer than the grace since then, however old the row. A row whose
+    // publication failed and backs off stays measured from its creation.
+    static const std::string kRearmed = "(attempts > 0 AND last_error IS NULL AND next_attempt_at IS NOT NULL)";
     AuditCheck outbox{"outbox", "every outbox row is published; no event id stands for two payloads", 0, {}};
     std::vector<std::string> outboxes{"outbox"};
     for (const auto& schema : options.participant_schemas) outboxes.push_back(q(schema) + ".outbox");
@@ -218,14 +222,13 @@ AuditReport AuditBlocking(const AuditOptions& options) {
     for (const auto& table : outboxes) {
         Collect(tx,
                 outbox,
-                "SELECT message_key, '" + table +
-                    " row ' || event_id || ' unpublished, created ' || round(extract(epoch "
-                    "FROM now() - created_at)) || ' s ago' || CASE WHEN attempts > 0 THEN ' (re-armed after ' "
-                    "|| attempts || ' publication(s): a resend)' ELSE '' END FROM " +
-                    table +
-                    " WHERE published_at IS NULL AND created_at < "
-                    "now() - " +
-                    grace + " * interval '1 second'");
+                "SELECT message_key, '" + table + " row ' || event_id || ' unpublished ' || CASE WHEN " + kRearmed +
+                    " THEN round(extract(epoch FROM now() - next_attempt_at)) || ' s after it was re-armed "
+                    "(a resend after ' || attempts || ' publication(s))' ELSE 'since it was created ' || "
+                    "round(extract(epoch FROM now() - created_at)) || ' s ago' || CASE WHEN last_error IS NOT NULL "
+                    "THEN ' (' || attempts || ' failed attempt(s): ' || last_error || ')' ELSE '' END END FROM " +
+                    table + " WHERE published_at IS NULL AND CASE WHEN " + kRearmed +
+                    " THEN next_attempt_at ELSE created_at END < now() - " + grace + " * interval '1 second'");
         all += (all.empty() ? "" : " UNION ALL ") + std::string("SELECT event_id, payload::text AS p FROM ") + table;
     }
     Collect(tx,

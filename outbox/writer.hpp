@@ -35,7 +35,9 @@ OutboxRow MakeOutboxRow(
 std::string InsertRowsFrom(const std::string& relation, const std::string& join = "");
 
 // Marks the row of `event_id` for publishing again (a step's resend after a timeout): same row,
-// same event id, same bytes. Returns false if there is no such row.
+// same event id, same bytes. The row is due at once (next_attempt_at = now(): the relay's next full
+// claim takes it, and the audit measures the resend's delay from then). Returns false if there is
+// no such row.
 bool Rearm(pqxx::transaction_base& tx, const std::string& event_id);
 
 }  // namespace sagaflow::outbox

@@ -12,6 +12,7 @@
 
 #include "engine/audit.hpp"
 #include "engine/detail/child_process.hpp"
+#include "outbox/writer.hpp"
 #include "tests/support/services.hpp"
 
 using namespace sagaflow;
@@ -152,6 +153,24 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
            "UPDATE outbox SET published_at = now(), created_at = created_at + interval '2 hours' WHERE message_key = "
            "'" +
                slow + "' AND payload->>'stepname' = 'create-order' AND payload->>'phase' = 'action'");
+    // A resend re-arms a row created long ago: it is late only once it waited longer than the grace
+    // since the re-arm (it used to count as unpublished since its creation).
+    {
+        const std::string command = "SELECT event_id::text FROM outbox WHERE message_key = '" + slow +
+                                    "' AND payload->>'stepname' = 'create-order' AND payload->>'phase' = 'action'";
+        pqxx::work w{conn};
+        w.exec("UPDATE outbox SET created_at = created_at - interval '2 hours' WHERE event_id::text = (" + command +
+               ")");
+        REQUIRE(outbox::Rearm(w, w.exec1(command)[0].as<std::string>()));
+        w.commit();
+    }
+    CHECK(violations("outbox") == 0);
+    damage("outbox",
+           "UPDATE outbox SET next_attempt_at = next_attempt_at - interval '2 minutes' WHERE message_key = '" + slow +
+               "' AND published_at IS NULL",
+           "UPDATE outbox SET published_at = now(), created_at = created_at + interval '2 hours' WHERE message_key = "
+           "'" +
+               slow + "' AND published_at IS NULL");
     {
         pqxx::work w{conn};
         w.exec("ALTER TABLE payments.payment DROP CONSTRAINT payment_payment_provider_external_payment_id_key");
