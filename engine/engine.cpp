@@ -23,6 +23,7 @@
 #include "engine/detail/http_server.hpp"
 #include "engine/detail/runtime.hpp"
 #include "engine/detail/saga_store.hpp"
+#include "engine/retention.hpp"
 #include "outbox/admin.hpp"
 #include "outbox/consumer.hpp"
 #include "outbox/relay.hpp"
@@ -91,6 +92,15 @@ class Engine::Impl {
                 store::ValidateTtl(config_.http.idempotency_ttl);
             } catch (const std::exception& e) {
                 throw EngineError(std::string("http.idempotency_ttl: ") + e.what());
+            }
+        }
+        if (config_.history_retention) {
+            prune_.emplace();
+            prune_->older_than = *config_.history_retention;
+            try {
+                ValidatePruneOptions(*prune_);
+            } catch (const std::exception& e) {
+                throw EngineError(std::string("history_retention: ") + e.what());
             }
         }
         source_ = "sagaflow/" + config_.instance_id;
@@ -239,7 +249,16 @@ class Engine::Impl {
             asio::post(io_, [this] { Arm(std::chrono::milliseconds(0)); });
         }
         // The inbox of replies and the HTTP idempotency records, whichever this engine has.
-        if (config_.process_sagas || config_.http.enabled) parts_.StartSweeper(config_.http.idempotency_ttl);
+        // With a history retention, the same daily pass deletes the finished sagas past it.
+        store::Sweeper::Extra prune;
+        if (config_.process_sagas && prune_) {
+            prune = [options = *prune_](pqxx::connection& conn) {
+                return Describe(PruneHistory(conn, options), options);
+            };
+        }
+        if (config_.process_sagas || config_.http.enabled) {
+            parts_.StartSweeper(config_.http.idempotency_ttl, std::move(prune));
+        }
         if (config_.http.enabled) {
             http_ = std::make_unique<detail::HttpServer>(io_, owner_, config_);
             http_->Start();
@@ -761,6 +780,7 @@ class Engine::Impl {
     EngineConfig config_;
     Engine& owner_;
     std::string source_;
+    std::optional<PruneOptions> prune_;  // EngineConfig::history_retention, validated
     Counters counters_;
 
     mutable std::shared_mutex definitions_mutex_;

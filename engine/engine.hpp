@@ -81,6 +81,10 @@ struct EngineConfig {
     bool process_sagas = true;
     bool run_relay = true;
     std::chrono::milliseconds timer_max_sleep{1000};  // the timers re-read the database at least this often
+    // Saga history retention: finished sagas (completed, compensated) whose last change is older
+    // than this are deleted with their steps and timeline by the daily sweep of an engine that
+    // processes sagas (engine/retention.hpp; at least 72 h). Unset: kept until `sagaflow prune`.
+    std::optional<std::chrono::hours> history_retention;
     HttpConfig http;
 };
 

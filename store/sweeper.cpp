@@ -69,8 +69,8 @@ SweepReport SweepOnce(pqxx::connection& conn, std::chrono::hours ttl, int batch_
     return report;
 }
 
-Sweeper::Sweeper(ConnectionPool& pool, std::chrono::hours ttl, std::chrono::milliseconds interval)
-    : pool_(pool), ttl_(ValidateTtl(ttl)), interval_(interval) {}
+Sweeper::Sweeper(ConnectionPool& pool, std::chrono::hours ttl, std::chrono::milliseconds interval, Extra extra)
+    : pool_(pool), ttl_(ValidateTtl(ttl)), interval_(interval), extra_(std::move(extra)) {}
 
 Sweeper::~Sweeper() {
     Stop();
@@ -88,6 +88,7 @@ void Sweeper::Start() {
             try {
                 const auto report = SweepNowBlocking();
                 spdlog::info("sweeper: {}", Describe(report, ttl_));
+                if (extra_) spdlog::info("sweeper: {}", pool_.RunBlocking(extra_));
             } catch (const std::exception& e) {
                 spdlog::warn("sweeper: pass failed, retrying at the next interval: {}", e.what());
             }

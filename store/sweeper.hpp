@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -39,7 +40,14 @@ SweepReport SweepOnce(pqxx::connection& conn, std::chrono::hours ttl, int batch_
 
 class Sweeper {
   public:
-    Sweeper(ConnectionPool& pool, std::chrono::hours ttl, std::chrono::milliseconds interval = std::chrono::hours(24));
+    // More work for each pass, after the TTL sweep, on the same connection (the engine's saga
+    // history retention); returns what it did, for the log line.
+    using Extra = std::function<std::string(pqxx::connection&)>;
+
+    Sweeper(ConnectionPool& pool,
+            std::chrono::hours ttl,
+            std::chrono::milliseconds interval = std::chrono::hours(24),
+            Extra extra = {});
     ~Sweeper();
     Sweeper(const Sweeper&) = delete;
     Sweeper& operator=(const Sweeper&) = delete;
@@ -52,6 +60,7 @@ class Sweeper {
     ConnectionPool& pool_;
     std::chrono::hours ttl_;
     std::chrono::milliseconds interval_;
+    Extra extra_;
     std::mutex mutex_;
     std::condition_variable wake_;
     bool stopping_ = false;

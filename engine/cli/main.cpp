@@ -160,6 +160,7 @@ struct RunFlags {
     std::string http;                      // ADDRESS:PORT
     std::vector<std::string> http_tokens;  // TOKEN=CLIENT
     int idempotency_ttl_hours = 48;
+    int prune_after_days = 0;  // 0: finished sagas are kept (sagaflow prune deletes them on demand)
 };
 
 // Runs the engine until SIGINT/SIGTERM; prints a progress line every 5 s.
@@ -175,6 +176,7 @@ int RunEngine(const std::string& url, const RunFlags& flags) {
     config.create_topics = !flags.no_create_topics;
     config.kafka_properties = sagaflow::outbox::ParseKafkaProperties(flags.kafka_properties);
     config.consumer_properties = sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties);
+    if (flags.prune_after_days != 0) config.history_retention = std::chrono::hours(24LL * flags.prune_after_days);
     if (!flags.http.empty()) {
         const auto colon = flags.http.rfind(':');
         if (colon == std::string::npos)
@@ -290,6 +292,10 @@ int main(int argc, char** argv) {
     run->add_option("--idempotency-ttl-hours",
                     run_flags.idempotency_ttl_hours,
                     "how long idempotency records, the reply inbox and published outbox rows are kept; 24 to 72")
+        ->capture_default_str();
+    run->add_option("--prune-after-days",
+                    run_flags.prune_after_days,
+                    "delete finished sagas (steps, timeline) that ended over N days ago, daily; 0 keeps them; N >= 3")
         ->capture_default_str();
     run->add_flag("--no-create-topics", run_flags.no_create_topics, "the topics exist already (no admin rights, mock)");
     run->add_flag("--static-membership",

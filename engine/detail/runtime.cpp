@@ -32,8 +32,8 @@ void Runtime::StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandle
     consumer->Start();
 }
 
-void Runtime::StartSweeper(std::chrono::hours ttl) {
-    sweeper = std::make_unique<store::Sweeper>(*pool, ttl);
+void Runtime::StartSweeper(std::chrono::hours ttl, store::Sweeper::Extra extra) {
+    sweeper = std::make_unique<store::Sweeper>(*pool, ttl, std::chrono::hours(24), std::move(extra));
     sweeper->Start();
 }
 

@@ -25,7 +25,8 @@ struct Runtime {
     void StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandler handler);
     // Deletes the pool's schema's inbox rows, idempotency records and published outbox rows past
     // `ttl` (24-72 h, rule R-DIST-IDEM-5): at once, then daily (store::SweepOnce).
-    void StartSweeper(std::chrono::hours ttl);
+    // `extra`: more work for each pass (the engine's saga history retention).
+    void StartSweeper(std::chrono::hours ttl, store::Sweeper::Extra extra = {});
     // Stopping begins: the consumer takes no new batch, and nothing waits for the database any
     // more (a job waiting for a connection fails), so the joins below return while PostgreSQL is
     // down. Stop() calls it first; an owner with threads of its own that wait for pool jobs calls it

@@ -356,3 +356,43 @@ TEST_CASE("a saga keeps the definition version it started with, across a newer r
     CHECK(engine.GetSaga(new_id)->definition_version == 2);
     engine.Stop();
 }
+
+TEST_CASE("an engine with a history retention deletes the finished sagas past it when it starts, and keeps the rest") {
+    Rig rig;
+    auto participant = rig.Participant(Default);
+    std::string old_id, recent_id;
+    {
+        auto engine = Started(rig);
+        old_id = StartOne(*engine, Input("", "", 1), "old");
+        recent_id = StartOne(*engine, Input("", "", 2), "recent");
+        REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+        engine->Stop();
+    }
+    testing::Execute(rig.db.Url(),
+                     "UPDATE saga_instance SET created_at = now() - interval '40 days', updated_at = now() - interval "
+                     "'31 days' WHERE saga_id = '" +
+                         old_id + "'");
+    const auto rows_of = [&](const std::string& id) {
+        return Count(rig.db.Url(),
+                     "SELECT (SELECT count(*) FROM saga_instance WHERE saga_id = '" + id +
+                         "') + (SELECT count(*) FROM saga_step WHERE saga_id = '" + id +
+                         "') + (SELECT count(*) FROM saga_event WHERE saga_id = '" + id + "')");
+    };
+    const long long recent_rows = rows_of(recent_id);
+    REQUIRE(rows_of(old_id) == recent_rows);
+
+    auto config = rig.Config();
+    config.history_retention = std::chrono::hours(48);
+    CHECK_THROWS_WITH_AS(Engine{config},
+                         doctest::Contains("history_retention: a horizon of 48 h is refused: it must be at least 72 h"),
+                         EngineError);
+    config.history_retention = std::chrono::hours(24 * 30);
+    Engine engine{config};
+    engine.RegisterDefinition(rig.Yaml(), "itest.yaml");
+    engine.Start();
+    CHECK(WaitFor([&] { return rows_of(old_id) == 0; }, std::chrono::seconds(30)));
+    CHECK_FALSE(engine.GetSaga(old_id).has_value());
+    CHECK(rows_of(recent_id) == recent_rows);
+    CHECK(engine.GetSaga(recent_id)->status == "completed");
+    engine.Stop();
+}
