@@ -145,6 +145,23 @@ class NotifyReceiver final : public pqxx::notification_receiver {
 
 }  // namespace
 
+std::string RelayClaimStatement(bool after_position) {
+    // Each row also carries the claim's snapshot xmax (a suspect range's bound, see ClaimPosition).
+    const std::string columns =
+        "SELECT id, event_id::text, topic, message_key, headers::text, payload::text, attempts, "
+        "pg_snapshot_xmax(pg_current_snapshot())::text "
+        "FROM outbox o WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ";
+    // A row waits behind an earlier unpublished row of its key that the relay took before
+    // (backing off, or re-armed: `attempts > 0`). `b.id + 0` keeps the planner on that small
+    // index: the id index would walk every row published since the last vacuum.
+    const std::string held_back =
+        "AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.published_at IS NULL "
+        "AND (b.next_attempt_at IS NOT NULL OR b.attempts > 0) AND b.message_key = o.message_key "
+        "AND b.id + 0 < o.id) ";
+    return columns + held_back + (after_position ? "AND o.id > $2 " : "") +
+           "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
+}
+
 // The producer's properties: the user's, with idempotence and acks=all enforced.
 KafkaProperties RelayProducerProperties(const RelayOptions& options) {
     KafkaProperties properties = options.properties;
@@ -193,20 +210,8 @@ class Relay::Impl {
         // database cost of a saga. Its claim and mark take arrays, which PostgreSQL re-planned
         // on every call. Both fixed by store::UseOwnStatementPlans.
         store::UseOwnStatementPlans(*conn);
-        // Each row also carries the claim's snapshot xmax (a suspect range's bound, see ClaimPosition).
-        const std::string columns =
-            "SELECT id, event_id::text, topic, message_key, headers::text, payload::text, attempts, "
-            "pg_snapshot_xmax(pg_current_snapshot())::text "
-            "FROM outbox o WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ";
-        // A row waits behind an earlier unpublished row of its key that the relay took before
-        // (backing off, or re-armed: `attempts > 0`). `b.id + 0` keeps the planner on that small
-        // index: the id index would walk every row published since the last vacuum.
-        const std::string held_back =
-            "AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.published_at IS NULL "
-            "AND (b.next_attempt_at IS NOT NULL OR b.attempts > 0) AND b.message_key = o.message_key "
-            "AND b.id + 0 < o.id) ";
-        conn->prepare("claim_full", columns + held_back + "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED");
-        conn->prepare("claim_after", columns + held_back + "AND o.id > $2 ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED");
+        conn->prepare("claim_full", RelayClaimStatement(false));
+        conn->prepare("claim_after", RelayClaimStatement(true));
         // Whether the transactions that could commit into the suspect range have all ended, and a
         // row of it still waits that does not hold back its key by itself (one snapshot for both).
         conn->prepare("suspect_open",

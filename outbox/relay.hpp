@@ -48,6 +48,12 @@ struct RelayOptions {
 // enforced (KafkaError if the user set them otherwise).
 KafkaProperties RelayProducerProperties(const RelayOptions& options);
 
+// The statement a relay claims with, on the outbox of the session's schema: unpublished rows that
+// are due and not held back behind an earlier row of their key, in id order, `LIMIT $1 FOR UPDATE
+// SKIP LOCKED`; with `after_position` only ids above `$2`. Public so a diagnosis can ask exactly
+// what the relay would take now (in a transaction it rolls back).
+std::string RelayClaimStatement(bool after_position);
+
 class Relay {
   public:
     explicit Relay(RelayOptions options);

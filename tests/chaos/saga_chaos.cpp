@@ -24,6 +24,7 @@
 // rdkafka_mock.h needs rdkafka.h first.
 #include <librdkafka/rdkafka_mock.h>
 
+#include "outbox/relay.hpp"
 #include "tests/support/example_rig.hpp"
 #include "tests/support/own_services.hpp"
 
@@ -50,47 +51,34 @@ void DumpForDiagnosis(const testing::ExampleRig& rig, const std::map<std::string
                       << row[1].c_str() << ".." << row[2].c_str() << ", max attempts " << row[3].c_str() << ", "
                       << row[4].as<long long>() << " backing off, oldest " << row[6].as<long long>()
                       << " s, errors: " << row[5].c_str() << ")" << std::endl;
-        }
-        // Whether a relay's full claim would take those rows now: without locks, and as the relay
-        // asks (SKIP LOCKED: a row another transaction holds is skipped).
-        for (const auto& schema :
-             tx.exec("SELECT table_schema FROM information_schema.tables WHERE table_name = 'outbox'")) {
-            const std::string name = conn.quote_name(schema[0].as<std::string>()) + ".outbox";
-            const std::string claimable =
-                "SELECT o.id FROM " + name +
-                " o WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()) "
-                "AND NOT EXISTS (SELECT 1 FROM " +
-                name +
-                " b WHERE b.published_at IS NULL AND (b.next_attempt_at IS NOT NULL OR b.attempts > 0) "
-                "AND b.message_key = o.message_key AND b.id < o.id) ORDER BY id LIMIT 200";
-            const auto free =
-                tx.exec("SELECT count(*), coalesce(string_agg(id::text, ','), '') FROM (" + claimable + ") c");
-            std::cout << "diagnosis: " << name << ": " << free[0][0].c_str() << " claimable (" << free[0][1].c_str()
-                      << ")" << std::endl;
-            for (const auto& row : tx.exec("SELECT id, message_key, attempts, next_attempt_at::text, "
-                                           "extract(epoch FROM now() - created_at)::int, "
-                                           "coalesce(last_error, '') FROM " +
-                                           name + " WHERE published_at IS NULL ORDER BY id LIMIT 20")) {
-                std::cout << "diagnosis:   unpublished " << row[0].c_str() << " key " << row[1].c_str() << " attempts "
-                          << row[2].c_str() << " next " << row[3].c_str() << " age " << row[4].c_str() << " s "
-                          << row[5].c_str() << std::endl;
+            for (const auto& r : tx.exec("SELECT id, message_key, attempts, next_attempt_at::text, "
+                                         "extract(epoch FROM now() - created_at)::int, "
+                                         "coalesce(last_error, '') FROM " +
+                                         name + ".outbox WHERE published_at IS NULL ORDER BY id LIMIT 20")) {
+                std::cout << "diagnosis:   unpublished " << r[0].c_str() << " key " << r[1].c_str() << " attempts "
+                          << r[2].c_str() << " next " << r[3].c_str() << " age " << r[4].c_str() << " s "
+                          << r[5].c_str() << std::endl;
             }
         }
+        // What a relay's full claim would take now: the relay's own statement (outbox::
+        // RelayClaimStatement, SKIP LOCKED: a row another transaction holds is skipped), in a
+        // transaction rolled back at once.
         try {
             pqxx::connection probe{rig.DbUrl()};
-            pqxx::work work{probe};
-            work.exec("SET lock_timeout = '2s'");
-            for (const auto& schema :
-                 work.exec("SELECT table_schema FROM information_schema.tables WHERE table_name = 'outbox'")) {
-                const std::string name = probe.quote_name(schema[0].as<std::string>()) + ".outbox";
-                const auto locked =
-                    work.exec("SELECT count(*) FROM (SELECT id FROM " + name +
-                              " WHERE published_at IS NULL ORDER BY id LIMIT 200 FOR UPDATE SKIP LOCKED) c");
-                std::cout << "diagnosis: " << name << ": " << locked[0][0].c_str()
-                          << " unpublished rows lockable now (SKIP LOCKED)" << std::endl;
+            for (const auto& schema : pqxx::nontransaction{probe}.exec(
+                     "SELECT table_schema FROM information_schema.tables WHERE table_name = 'outbox'")) {
+                pqxx::work work{probe};
+                work.exec("SET LOCAL lock_timeout = '2s'");
+                work.exec("SET LOCAL search_path = " + probe.quote_name(schema[0].as<std::string>()));
+                std::string ids;
+                const auto claimed = work.exec_params(outbox::RelayClaimStatement(false), 200);
+                for (const auto& row : claimed) ids += (ids.empty() ? "" : ",") + row[0].as<std::string>();
+                std::cout << "diagnosis: " << schema[0].c_str() << ".outbox: a relay's claim would take "
+                          << claimed.size() << " rows now (" << ids << ")" << std::endl;
+                work.abort();
             }
         } catch (const std::exception& e) {
-            std::cout << "diagnosis: lock probe failed: " << e.what() << std::endl;
+            std::cout << "diagnosis: claim probe failed: " << e.what() << std::endl;
         }
         for (const auto& row :
              tx.exec("SELECT pid, state, coalesce(extract(epoch FROM now() - xact_start)::int, -1), "
