@@ -176,7 +176,16 @@ int RunEngine(const std::string& url, const RunFlags& flags) {
     config.create_topics = !flags.no_create_topics;
     config.kafka_properties = sagaflow::outbox::ParseKafkaProperties(flags.kafka_properties);
     config.consumer_properties = sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties);
-    if (flags.prune_after_days != 0) config.history_retention = std::chrono::hours(24LL * flags.prune_after_days);
+    if (flags.prune_after_days != 0) {
+        config.history_retention = std::chrono::hours(24LL * flags.prune_after_days);
+        sagaflow::PruneOptions prune;
+        prune.older_than = *config.history_retention;
+        try {
+            sagaflow::ValidatePruneOptions(prune);  // before anything connects, naming the flag
+        } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument(std::string("--prune-after-days: ") + e.what());
+        }
+    }
     if (!flags.http.empty()) {
         const auto colon = flags.http.rfind(':');
         if (colon == std::string::npos)

@@ -138,6 +138,10 @@ TEST_CASE(
     CHECK(refused.code == 1);
     CHECK(refused.err.find("--older-than-days: a horizon of 48 h is refused: it must be at least 72 h") !=
           std::string::npos);
+    // The engine's own retention is refused the same way, naming its flag, before it connects.
+    const CliRun run_refused = RunCli("run --prune-after-days 2 --brokers 127.0.0.1:9 --db '" + url + "'");
+    CHECK(run_refused.code == 1);
+    CHECK(run_refused.err.find("--prune-after-days: a horizon of 48 h is refused") != std::string::npos);
 
     const CliRun dry = RunCli("prune --dry-run --db '" + url + "'");
     CHECK(dry.code == 0);
