@@ -9,14 +9,17 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <pqxx/pqxx>
 #include <random>
+#include <string_view>
 #include <thread>
 
 #include "outbox/detail/rdkafka.hpp"
@@ -122,9 +125,19 @@ void DumpForDiagnosis(const testing::ExampleRig& rig, const std::map<std::string
     }
 }
 
-int EnvInt(const char* name, int fallback) {
+// A whole number from the environment in 0..max, or `fallback` when unset; anything else stops the
+// test naming the variable and the range (std::stoi said only "stoi").
+long long EnvNumber(const char* name, long long fallback, long long max) {
     const char* value = std::getenv(name);
-    return value != nullptr && *value != '\0' ? std::stoi(value) : fallback;
+    if (value == nullptr || *value == '\0') return fallback;
+    const std::string_view text{value};
+    long long number = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
+    if (ec != std::errc() || end != text.data() + text.size() || number < 0 || number > max) {
+        throw std::invalid_argument(std::string(name) + "='" + value + "' is not a whole number from 0 to " +
+                                    std::to_string(max));
+    }
+    return number;
 }
 
 // Re-publishes the last `count` published rows of an outbox, as a relay that crashed between the
@@ -261,8 +274,8 @@ namespace {
 
 void RunChaos(ChaosKafka& kafka, int default_sagas) {
     const auto seed = static_cast<std::uint32_t>(
-        EnvInt("SAGAFLOW_CHAOS_SEED", static_cast<int>(std::random_device{}() & 0x7fffffff)));
-    const int sagas = EnvInt("SAGAFLOW_CHAOS_SAGAS", default_sagas);
+        EnvNumber("SAGAFLOW_CHAOS_SEED", std::random_device{}(), std::numeric_limits<std::uint32_t>::max()));
+    const auto sagas = static_cast<int>(EnvNumber("SAGAFLOW_CHAOS_SAGAS", default_sagas, 1'000'000));
     std::cout << "chaos: seed " << seed << ", " << sagas << " sagas (replay: SAGAFLOW_CHAOS_SEED=" << seed
               << " SAGAFLOW_CHAOS_SAGAS=" << sagas << ")" << std::endl;
     std::mt19937 rng{seed};
