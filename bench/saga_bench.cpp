@@ -55,21 +55,35 @@ struct Usage {
     long rss_kb = 0;
 };
 
+// A process's command name and CPU seconds from its /proc/<pid>/stat: utime + stime, plus the
+// children it reaped (cutime + cstime) with `with_children`. Empty name if the process is gone.
+struct ProcStat {
+    std::string comm;
+    double cpu_seconds = 0;
+};
+
+ProcStat ReadProcStat(const std::filesystem::path& dir, bool with_children) {
+    ProcStat result;
+    std::ifstream stat(dir / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto open = text.find('(');
+    const auto close = text.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) return result;
+    result.comm = text.substr(open + 1, close - open - 1);
+    std::istringstream rest(text.substr(close + 2));
+    std::string field;
+    unsigned long long ticks = 0;
+    const int last = with_children ? 17 : 15;
+    for (int i = 3; i <= last && rest >> field; ++i) {
+        if (i >= 14) ticks += std::stoull(field);
+    }
+    result.cpu_seconds = static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    return result;
+}
+
 Usage Measure(pid_t pid) {
     Usage u;
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const auto close = text.rfind(')');
-    if (close != std::string::npos) {
-        std::istringstream rest(text.substr(close + 2));
-        std::string field;
-        unsigned long long utime = 0, stime = 0;
-        for (int i = 3; i <= 15 && rest >> field; ++i) {
-            if (i == 14) utime = std::stoull(field);
-            if (i == 15) stime = std::stoull(field);
-        }
-        u.cpu_seconds = static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-    }
+    u.cpu_seconds = ReadProcStat("/proc/" + std::to_string(pid), false).cpu_seconds;
     std::ifstream status("/proc/" + std::to_string(pid) + "/status");
     std::string line;
     while (std::getline(status, line)) {
@@ -86,25 +100,15 @@ double GroupCpuSeconds(const std::string& comm, const std::string& cmdline_part)
     for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
         const std::string pid = entry.path().filename();
         if (pid.empty() || !std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
-        std::ifstream stat(entry.path() / "stat");
-        std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-        const auto open = text.find('(');
-        const auto close = text.rfind(')');
-        if (open == std::string::npos || close == std::string::npos) continue;
-        bool member = text.compare(open + 1, close - open - 1, comm) == 0;
+        const ProcStat stat = ReadProcStat(entry.path(), true);
+        if (stat.comm.empty()) continue;
+        bool member = stat.comm == comm;
         if (!member && !cmdline_part.empty()) {
             std::ifstream cmdline(entry.path() / "cmdline");
             std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
             member = args.find(cmdline_part) != std::string::npos;
         }
-        if (!member) continue;
-        std::istringstream rest(text.substr(close + 2));
-        std::string field;
-        unsigned long long ticks = 0;
-        for (int i = 3; i <= 17 && rest >> field; ++i) {
-            if (i >= 14) ticks += std::stoull(field);  // utime, stime, cutime, cstime
-        }
-        total += static_cast<double>(ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+        if (member) total += stat.cpu_seconds;
     }
     return total;
 }

@@ -105,13 +105,20 @@ int Sweep(const std::string& url, int ttl_hours) {
     return 0;
 }
 
-int Prune(const std::string& url, int days, sagaflow::PruneOptions options) {
+// `days` as a prune horizon, validated before anything connects; an error names `flag`.
+std::chrono::hours PruneHorizon(int days, const std::string& flag) {
+    sagaflow::PruneOptions options;
     options.older_than = std::chrono::hours(24LL * std::max(days, 0));
     try {
         sagaflow::ValidatePruneOptions(options);
     } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument(std::string("--older-than-days: ") + e.what());
+        throw std::invalid_argument(flag + ": " + e.what());
     }
+    return options.older_than;
+}
+
+int Prune(const std::string& url, int days, sagaflow::PruneOptions options) {
+    options.older_than = PruneHorizon(days, "--older-than-days");
     auto conn = sagaflow::store::ConnectOnce(url);
     // Progress on stderr, the result on stdout: a first pass over a large history takes a while.
     const auto report = sagaflow::PruneHistory(*conn, options, [](const sagaflow::PruneReport& so_far) {
@@ -177,14 +184,7 @@ int RunEngine(const std::string& url, const RunFlags& flags) {
     config.kafka_properties = sagaflow::outbox::ParseKafkaProperties(flags.kafka_properties);
     config.consumer_properties = sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties);
     if (flags.prune_after_days != 0) {
-        config.history_retention = std::chrono::hours(24LL * flags.prune_after_days);
-        sagaflow::PruneOptions prune;
-        prune.older_than = *config.history_retention;
-        try {
-            sagaflow::ValidatePruneOptions(prune);  // before anything connects, naming the flag
-        } catch (const std::invalid_argument& e) {
-            throw std::invalid_argument(std::string("--prune-after-days: ") + e.what());
-        }
+        config.history_retention = PruneHorizon(flags.prune_after_days, "--prune-after-days");
     }
     if (!flags.http.empty()) {
         const auto colon = flags.http.rfind(':');

@@ -17,6 +17,7 @@
 #include "tests/support/services.hpp"
 
 using sagaflow::testing::Count;
+using sagaflow::testing::SagaRowCount;
 using sagaflow::testing::ScratchDatabase;
 
 namespace {
@@ -100,13 +101,6 @@ std::string AddSaga(
     return id;
 }
 
-long long SagaRows(const std::string& url, const std::string& id) {
-    return Count(url,
-                 "SELECT (SELECT count(*) FROM saga_instance WHERE saga_id = '" + id +
-                     "') + (SELECT count(*) FROM saga_step WHERE saga_id = '" + id +
-                     "') + (SELECT count(*) FROM saga_event WHERE saga_id = '" + id + "')");
-}
-
 }  // namespace
 
 TEST_CASE(
@@ -155,8 +149,8 @@ TEST_CASE(
           std::string::npos);
     CHECK(run.out.find("and 1 timeline entries of no saga") != std::string::npos);
     CHECK(run.err.find("prune: 1 sagas deleted so far") != std::string::npos);  // progress, per batch
-    for (const auto& id : {completed_31, compensated_40, trip_35}) CHECK(SagaRows(url, id) == 0);
-    for (const auto& id : {failed_40, completed_29, running_60, long_lived}) CHECK(SagaRows(url, id) == 6);
+    for (const auto& id : {completed_31, compensated_40, trip_35}) CHECK(SagaRowCount(url, id) == 0);
+    for (const auto& id : {failed_40, completed_29, running_60, long_lived}) CHECK(SagaRowCount(url, id) == 6);
     CHECK(Count(url, "SELECT count(*) FROM saga_event WHERE saga_id IS NULL") == 1);
 
     // Failed sagas only when asked; in batches of one through the library, with progress each time.
@@ -170,6 +164,6 @@ TEST_CASE(
     CHECK(report.steps == 2);
     CHECK(report.events == 3);
     CHECK(calls == 1);
-    CHECK(SagaRows(url, failed_40) == 0);
+    CHECK(SagaRowCount(url, failed_40) == 0);
     CHECK(all_rows() == 3 * 6 + 1);
 }

@@ -372,12 +372,7 @@ TEST_CASE("an engine with a history retention deletes the finished sagas past it
                      "UPDATE saga_instance SET created_at = now() - interval '40 days', updated_at = now() - interval "
                      "'31 days' WHERE saga_id = '" +
                          old_id + "'");
-    const auto rows_of = [&](const std::string& id) {
-        return Count(rig.db.Url(),
-                     "SELECT (SELECT count(*) FROM saga_instance WHERE saga_id = '" + id +
-                         "') + (SELECT count(*) FROM saga_step WHERE saga_id = '" + id +
-                         "') + (SELECT count(*) FROM saga_event WHERE saga_id = '" + id + "')");
-    };
+    const auto rows_of = [&](const std::string& id) { return testing::SagaRowCount(rig.db.Url(), id); };
     const long long recent_rows = rows_of(recent_id);
     REQUIRE(rows_of(old_id) == recent_rows);
 

@@ -83,6 +83,13 @@ long long Count(const std::string& url, const std::string& sql) {
     return tx.exec1(sql)[0].as<long long>();
 }
 
+long long SagaRowCount(const std::string& url, const std::string& saga_id) {
+    return Count(url,
+                 "SELECT (SELECT count(*) FROM saga_instance WHERE saga_id = '" + saga_id +
+                     "') + (SELECT count(*) FROM saga_step WHERE saga_id = '" + saga_id +
+                     "') + (SELECT count(*) FROM saga_event WHERE saga_id = '" + saga_id + "')");
+}
+
 void Execute(const std::string& url, const std::string& sql) {
     pqxx::connection conn{url};
     pqxx::work tx{conn};
