@@ -1,18 +1,16 @@
 #include "engine/definition_loader.hpp"
 
-#include <yaml-cpp/depthguard.h>
-#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
 
 #include "engine/detail/canonical.hpp"
+#include "engine/detail/yaml_reader.hpp"
 
 namespace sagaflow {
 
@@ -54,57 +52,6 @@ constexpr int kMaxSchemaDepth = 8;
 constexpr int kMaxTemplateDepth = 16;
 constexpr int kMaxTemplateNodes = 4096;  // per template; aliases cannot blow it up
 
-std::size_t EditDistance(std::string_view a, std::string_view b) {
-    std::vector<std::size_t> row(b.size() + 1);
-    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (std::size_t i = 1; i <= a.size(); ++i) {
-        std::size_t diagonal = row[0];
-        row[0] = i;
-        for (std::size_t j = 1; j <= b.size(); ++j) {
-            const std::size_t above = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-            diagonal = above;
-        }
-    }
-    return row[b.size()];
-}
-
-// " (did you mean 'x'?)" for the closest candidate within a small edit distance, else "".
-template <typename Range>
-std::string Suggest(std::string_view word, const Range& candidates) {
-    if (word.empty()) return "";
-    std::string best;
-    // Close enough to be a typo, and not a rewrite of a short word ("zz" is no typo of "a").
-    std::size_t best_distance = std::min(std::max<std::size_t>(1, word.size() / 3), word.size() - 1) + 1;
-    for (const auto& candidate : candidates) {
-        const std::size_t d = EditDistance(word, candidate);
-        if (d < best_distance) {
-            best_distance = d;
-            best = std::string(candidate);
-        }
-    }
-    return best.empty() ? "" : " (did you mean '" + best + "'?)";
-}
-
-std::string_view KindOfNode(const YAML::Node& node) {
-    switch (node.Type()) {
-        case YAML::NodeType::Map:
-            return "a mapping";
-        case YAML::NodeType::Sequence:
-            return "a list";
-        case YAML::NodeType::Scalar:
-            return "a scalar";
-        case YAML::NodeType::Null:
-            return "no value";
-        default:
-            return "no value";
-    }
-}
-
-std::string Join(const std::string& path, std::string_view key) {
-    return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
-
 // Names appear in URLs, topic names and SQL rows: keep them to a safe, readable alphabet.
 const std::regex& NamePattern() {
     static const std::regex kName{"[a-z][a-z0-9-]{0,62}"};
@@ -119,62 +66,25 @@ const std::regex& FieldPattern() {
     return kField;
 }
 
-struct Entry {
-    YAML::Node key;
-    YAML::Node value;
-};
-using Fields = std::map<std::string, Entry>;
+using detail::FormatDuration;
+using detail::Join;
+using detail::KindOfNode;
+using detail::Suggest;
+using Entry = detail::YamlEntry;
+using Fields = detail::YamlFields;
 
-Diagnostic TooLarge(const std::string& file, std::uintmax_t size) {
-    return {file,
-            0,
-            0,
-            "",
-            "the file is " + std::to_string(size) + " bytes; a saga definition may be at most " +
-                std::to_string(kMaxDefinitionBytes) + " bytes. Hint: is this the right file?"};
+const detail::DocumentKind& DefinitionKind() {
+    static const detail::DocumentKind kKind{"a saga definition", kMaxDefinitionBytes, "put one saga in each file"};
+    return kKind;
 }
 
-class Loader {
+class Loader : public detail::YamlReader {
   public:
-    explicit Loader(std::string file) : file_(std::move(file)) {}
+    explicit Loader(std::string file) : YamlReader(std::move(file), DefinitionKind()) {}
 
     LoadResult Run(std::string_view text);
 
   private:
-    // --- diagnostics ---
-    void Error(const YAML::Mark& mark, const std::string& path, std::string message) {
-        diagnostics_.push_back({file_,
-                                mark.is_null() ? 0 : mark.line + 1,
-                                mark.is_null() ? 0 : mark.column + 1,
-                                path,
-                                std::move(message)});
-    }
-    static YAML::Mark MarkOf(const Entry& entry) {
-        // A missing value ("key:" and nothing) has no useful mark of its own: point at the key.
-        const YAML::Mark value_mark = entry.value.Mark();
-        return value_mark.is_null() || entry.value.IsNull() ? entry.key.Mark() : value_mark;
-    }
-
-    // --- structure ---
-    std::optional<Fields> Map(const YAML::Node& node,
-                              const YAML::Mark& mark,
-                              const std::string& path,
-                              const std::vector<std::string_view>& allowed);
-    bool Scalar(const Entry& entry, const std::string& path, std::string_view expected);
-    std::optional<std::string> String(const Fields& fields,
-                                      std::string_view key,
-                                      const std::string& path,
-                                      const YAML::Mark& parent,
-                                      bool required,
-                                      const std::regex* pattern = nullptr,
-                                      std::string_view pattern_hint = {});
-    std::optional<long long> Integer(
-        const Fields& fields, std::string_view key, const std::string& path, long long min, long long max);
-    std::optional<double> Number(
-        const Fields& fields, std::string_view key, const std::string& path, double min, double max);
-    std::optional<milliseconds> Duration(
-        const Fields& fields, std::string_view key, const std::string& path, milliseconds min, milliseconds max);
-
     // --- sections ---
     void ReadRetry(const Fields& fields, std::string_view key, const std::string& path, RetryPolicy& policy);
     std::vector<FieldSchema> ReadSchema(const Entry& entry, const std::string& path, int depth);
@@ -199,167 +109,11 @@ class Loader {
                    bool in_compensation);
     void CheckSafety(const SagaDefinition& saga);
 
-    std::string file_;
-    std::vector<Diagnostic> diagnostics_;
     std::vector<YAML::Mark> step_marks_;
     std::vector<bool> checkable_;
     // Per step: the mark of every path expression in its send/save/compensation, for references.
     std::vector<std::vector<std::tuple<std::string, YAML::Mark, std::string, int>>> expressions_;
 };
-
-std::optional<Fields> Loader::Map(const YAML::Node& node,
-                                  const YAML::Mark& mark,
-                                  const std::string& path,
-                                  const std::vector<std::string_view>& allowed) {
-    if (!node.IsMap()) {
-        Error(mark, path, "expected a mapping of keys, found " + std::string(KindOfNode(node)));
-        return std::nullopt;
-    }
-    Fields fields;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-        const YAML::Node key = it->first;
-        if (!key.IsScalar()) {
-            Error(key.Mark(), path, "a key must be a plain name, found " + std::string(KindOfNode(key)));
-            continue;
-        }
-        const std::string& name = key.Scalar();
-        if (std::find(allowed.begin(), allowed.end(), name) == allowed.end()) {
-            std::string known;
-            for (const auto& a : allowed) known += (known.empty() ? "" : ", ") + std::string(a);
-            Error(key.Mark(),
-                  Join(path, name),
-                  "unknown key '" + name + "'" + Suggest(name, allowed) + "; allowed here: " + known);
-            continue;
-        }
-        if (const auto previous = fields.find(name); previous != fields.end()) {
-            Error(key.Mark(),
-                  Join(path, name),
-                  "duplicate key '" + name + "' (first at line " +
-                      std::to_string(previous->second.key.Mark().line + 1) + ")");
-            continue;
-        }
-        fields.emplace(name, Entry{key, it->second});
-    }
-    return fields;
-}
-
-bool Loader::Scalar(const Entry& entry, const std::string& path, std::string_view expected) {
-    if (entry.value.IsScalar()) {
-        return true;
-    }
-    Error(MarkOf(entry), path, "expected " + std::string(expected) + ", found " + std::string(KindOfNode(entry.value)));
-    return false;
-}
-
-std::optional<std::string> Loader::String(const Fields& fields,
-                                          std::string_view key,
-                                          const std::string& path,
-                                          const YAML::Mark& parent,
-                                          bool required,
-                                          const std::regex* pattern,
-                                          std::string_view pattern_hint) {
-    const std::string here = Join(path, key);
-    const auto it = fields.find(std::string(key));
-    if (it == fields.end()) {
-        if (required) {
-            Error(parent, path, "missing required key '" + std::string(key) + "'");
-        }
-        return std::nullopt;
-    }
-    if (!Scalar(it->second, here, "a string")) {
-        return std::nullopt;
-    }
-    std::string value = it->second.value.Scalar();
-    if (pattern != nullptr && !std::regex_match(value, *pattern)) {
-        Error(MarkOf(it->second), here, "'" + value + "' is not a valid name: " + std::string(pattern_hint));
-        return std::nullopt;
-    }
-    return value;
-}
-
-std::optional<long long> Loader::Integer(
-    const Fields& fields, std::string_view key, const std::string& path, long long min, long long max) {
-    const std::string here = Join(path, key);
-    const auto it = fields.find(std::string(key));
-    if (it == fields.end() || !Scalar(it->second, here, "an integer")) {
-        return std::nullopt;
-    }
-    const std::string& text = it->second.value.Scalar();
-    long long value = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size()) {
-        Error(MarkOf(it->second), here, "expected an integer, found '" + text + "'");
-        return std::nullopt;
-    }
-    if (value < min || value > max) {
-        Error(
-            MarkOf(it->second),
-            here,
-            std::to_string(value) + " is out of range: allowed " + std::to_string(min) + " to " + std::to_string(max));
-        return std::nullopt;
-    }
-    return value;
-}
-
-std::optional<double> Loader::Number(
-    const Fields& fields, std::string_view key, const std::string& path, double min, double max) {
-    const std::string here = Join(path, key);
-    const auto it = fields.find(std::string(key));
-    if (it == fields.end() || !Scalar(it->second, here, "a number")) {
-        return std::nullopt;
-    }
-    const std::string& text = it->second.value.Scalar();
-    double value = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (ec != std::errc() || end != text.data() + text.size()) {
-        Error(MarkOf(it->second), here, "expected a number, found '" + text + "'");
-        return std::nullopt;
-    }
-    if (!(value >= min && value <= max)) {
-        std::ostringstream range;
-        range << min << " to " << max;
-        Error(MarkOf(it->second), here, "'" + text + "' is out of range: allowed " + range.str());
-        return std::nullopt;
-    }
-    return value;
-}
-
-std::string FormatDuration(milliseconds value) {
-    const auto ms = value.count();
-    if (ms % 3'600'000 == 0) return std::to_string(ms / 3'600'000) + "h";
-    if (ms % 60'000 == 0) return std::to_string(ms / 60'000) + "m";
-    if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-    return std::to_string(ms) + "ms";
-}
-
-std::optional<milliseconds> Loader::Duration(
-    const Fields& fields, std::string_view key, const std::string& path, milliseconds min, milliseconds max) {
-    const std::string here = Join(path, key);
-    const auto it = fields.find(std::string(key));
-    if (it == fields.end() || !Scalar(it->second, here, "a duration such as 30s")) {
-        return std::nullopt;
-    }
-    const std::string& text = it->second.value.Scalar();
-    static const std::regex kDuration{"([0-9]{1,9})(ms|s|m|h)"};
-    std::smatch match;
-    if (!std::regex_match(text, match, kDuration)) {
-        Error(MarkOf(it->second),
-              here,
-              "invalid duration '" + text + "': write a whole number with a unit ms, s, m or h (e.g. 30s, 500ms)");
-        return std::nullopt;
-    }
-    const long long amount = std::stoll(match[1].str());
-    const std::string unit = match[2].str();
-    const long long factor = unit == "ms" ? 1 : unit == "s" ? 1000 : unit == "m" ? 60'000 : 3'600'000;
-    const milliseconds value{amount * factor};
-    if (value < min || value > max) {
-        Error(MarkOf(it->second),
-              here,
-              "duration " + text + " is out of range: allowed " + FormatDuration(min) + " to " + FormatDuration(max));
-        return std::nullopt;
-    }
-    return value;
-}
 
 void Loader::ReadRetry(const Fields& fields,
                        std::string_view key,
@@ -930,140 +684,23 @@ void Loader::CheckSafety(const SagaDefinition& saga) {
     }
 }
 
-bool ValidUtf8(std::string_view text, std::size_t& bad_offset) {
-    std::size_t i = 0;
-    while (i < text.size()) {
-        const auto c = static_cast<unsigned char>(text[i]);
-        std::size_t length = 0;
-        unsigned int min = 0;
-        unsigned int code = 0;
-        if (c == 0) {
-            bad_offset = i;
-            return false;
-        } else if (c < 0x80) {
-            ++i;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            length = 2, min = 0x80, code = c & 0x1Fu;
-        } else if ((c & 0xF0) == 0xE0) {
-            length = 3, min = 0x800, code = c & 0x0Fu;
-        } else if ((c & 0xF8) == 0xF0) {
-            length = 4, min = 0x10000, code = c & 0x07u;
-        } else {
-            bad_offset = i;
-            return false;
-        }
-        if (i + length > text.size()) {
-            bad_offset = i;
-            return false;
-        }
-        for (std::size_t k = 1; k < length; ++k) {
-            const auto cc = static_cast<unsigned char>(text[i + k]);
-            if ((cc & 0xC0) != 0x80) {
-                bad_offset = i;
-                return false;
-            }
-            code = (code << 6) | (cc & 0x3Fu);
-        }
-        if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
-            bad_offset = i;
-            return false;
-        }
-        i += length;
-    }
-    return true;
-}
-
-YAML::Mark MarkAtOffset(std::string_view text, std::size_t offset) {
-    YAML::Mark mark;
-    mark.pos = static_cast<int>(offset);
-    mark.line = static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n'));
-    const auto line_start = text.rfind('\n', offset == 0 ? 0 : offset - 1);
-    mark.column =
-        static_cast<int>(line_start == std::string_view::npos || offset == 0 ? offset : offset - line_start - 1);
-    return mark;
-}
-
-// Records where each document starts; nothing else.
-class DocumentCounter final : public YAML::EventHandler {
-  public:
-    void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
-    void OnDocumentEnd() override {}
-    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-    void OnSequenceEnd() override {}
-    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
-    void OnMapEnd() override {}
-    std::vector<YAML::Mark> starts;
-};
-
-std::optional<YAML::Mark> SecondDocumentMark(std::string_view text) {
-    std::istringstream stream{std::string(text)};
-    YAML::Parser parser{stream};
-    DocumentCounter counter;
-    for (int i = 0; i < 2 && parser.HandleNextDocument(counter); ++i) {
-    }
-    if (counter.starts.size() < 2) {
-        return std::nullopt;
-    }
-    return counter.starts[1];
-}
-
 LoadResult Loader::Run(std::string_view text) {
     LoadResult result;
-    if (text.size() > kMaxDefinitionBytes) {
-        result.diagnostics.push_back(TooLarge(file_, text.size()));
+    const auto parsed = Parse(text);
+    if (!parsed) {
+        result.diagnostics = TakeDiagnostics();
         return result;
     }
-    std::size_t bad = 0;
-    if (!ValidUtf8(text, bad)) {
-        Error(MarkAtOffset(text, bad),
-              "",
-              text[bad] == '\0' ? "a NUL byte: this looks like a binary file, not YAML"
-                                : "invalid UTF-8 byte sequence: save the file as UTF-8");
-        result.diagnostics = std::move(diagnostics_);
-        return result;
-    }
-    // YAML::LoadAll is not used: in yaml-cpp 0.7 it loops forever, allocating, on some malformed
-    // input (found by our fuzzer; upstream yaml-cpp PR #1319). Load reads the first document only;
-    // SecondDocumentMark looks for a second one with a bounded number of parser calls.
-    YAML::Node root;
-    std::optional<YAML::Mark> second_document;
-    try {
-        root = YAML::Load(std::string(text));
-        second_document = SecondDocumentMark(text);
-    } catch (const YAML::DeepRecursion& e) {
-        Error(e.mark,
-              "",
-              "the document is nested more than " + std::to_string(e.depth()) +
-                  " levels deep; a saga definition needs a handful");
-        result.diagnostics = std::move(diagnostics_);
-        return result;
-    } catch (const YAML::Exception& e) {
-        std::string message = e.msg;
-        if (message.find("tab") != std::string::npos || text.find('\t') != std::string_view::npos) {
-            message += " (YAML does not allow tabs for indentation: use spaces)";
-        }
-        Error(e.mark, "", "YAML syntax: " + message);
-        result.diagnostics = std::move(diagnostics_);
-        return result;
-    }
+    const YAML::Node& root = *parsed;
     if (root.IsNull()) {
         Error(YAML::Mark::null_mark(), "", "the file is empty: a saga definition needs at least 'saga' and 'steps'");
-        result.diagnostics = std::move(diagnostics_);
+        result.diagnostics = TakeDiagnostics();
         return result;
-    }
-    if (second_document) {
-        Error(*second_document,
-              "",
-              "more than one YAML document, or text after the first one ends: put one saga in each file");
     }
     SagaDefinition saga;
     const auto fields = Map(root, root.Mark(), "", {"saga", "version", "description", "input", "defaults", "steps"});
     if (!fields) {
-        result.diagnostics = std::move(diagnostics_);
+        result.diagnostics = TakeDiagnostics();
         return result;
     }
     if (auto name = String(*fields,
@@ -1132,10 +769,7 @@ LoadResult Loader::Run(std::string_view text) {
         saga.hash = detail::CanonicalHash(saga.Canonical());
         result.definition = std::move(saga);
     }
-    std::stable_sort(diagnostics_.begin(), diagnostics_.end(), [](const auto& a, const auto& b) {
-        return std::tie(a.line, a.column) < std::tie(b.line, b.column);
-    });
-    result.diagnostics = std::move(diagnostics_);
+    result.diagnostics = TakeDiagnostics();
     return result;
 }
 
@@ -1146,26 +780,9 @@ LoadResult LoadDefinitionString(std::string_view text, std::string_view source_n
 }
 
 LoadResult LoadDefinitionFile(const std::filesystem::path& path) {
-    std::error_code ec;
-    const auto size = std::filesystem::file_size(path, ec);
-    if (ec) {
-        LoadResult result;
-        result.diagnostics.push_back({path.string(), 0, 0, "", "cannot read the file: " + ec.message()});
-        return result;
-    }
-    if (size > kMaxDefinitionBytes) {
-        LoadResult result;
-        result.diagnostics.push_back(TooLarge(path.string(), size));  // never read a huge file into memory
-        return result;
-    }
-    std::ifstream in(path, std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!in.good() && !in.eof()) {
-        LoadResult result;
-        result.diagnostics.push_back({path.string(), 0, 0, "", "cannot read the file"});
-        return result;
-    }
-    return LoadDefinitionString(text, path.string());
+    LoadResult result;
+    const auto text = detail::ReadDocumentFile(path, DefinitionKind(), result.diagnostics);
+    return text ? LoadDefinitionString(*text, path.string()) : result;
 }
 
 SagaDefinition LoadDefinitionOrThrow(const std::filesystem::path& path) {
