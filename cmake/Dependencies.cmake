@@ -17,6 +17,11 @@ pkg_check_modules(PQXX QUIET IMPORTED_TARGET libpqxx>=6.4)
 if(NOT PQXX_FOUND)
     sagaflow_missing("libpqxx >= 6.4" "libpqxx-dev")
 endif()
+# libpq itself (libpq-dev, which libpqxx-dev pulls in): the tests parse connection strings with it.
+pkg_check_modules(PQ QUIET IMPORTED_TARGET libpq)
+if(NOT PQ_FOUND)
+    sagaflow_missing("libpq" "libpq-dev")
+endif()
 # fmt (Debian libfmt-dev): type-safe formatting for tables and progress lines.
 find_package(fmt QUIET)
 if(NOT fmt_FOUND)

@@ -28,20 +28,8 @@ std::string Diagnostic::ToString() const {
     return out.str();
 }
 
-namespace {
-
-std::string JoinDiagnostics(const std::vector<Diagnostic>& diagnostics) {
-    std::string text;
-    for (const auto& d : diagnostics) {
-        text += d.ToString() + "\n";
-    }
-    return text;
-}
-
-}  // namespace
-
 DefinitionError::DefinitionError(std::vector<Diagnostic> diagnostics)
-    : std::runtime_error("invalid saga definition:\n" + JoinDiagnostics(diagnostics)),
+    : std::runtime_error("invalid saga definition:\n" + detail::JoinDiagnostics(diagnostics)),
       diagnostics_(std::move(diagnostics)) {}
 
 namespace {

@@ -75,11 +75,13 @@ class Engine::Impl {
     Impl(EngineConfig config, Engine& owner) : config_(std::move(config)), owner_(owner), timer_(io_) {
         if (config_.database_url.empty()) {
             throw EngineError(
-                "no database URL. Hint: set EngineConfig::database_url (sagaflow run: --db or "
-                "SAGAFLOW_DB_URL)");
+                "no database URL. Hint: set EngineConfig::database_url (configuration file: db.url; sagaflow "
+                "run: --db or SAGAFLOW_DB_URL)");
         }
         if ((config_.process_sagas || config_.run_relay) && config_.kafka_brokers.empty()) {
-            throw EngineError("no Kafka brokers. Hint: set EngineConfig::kafka_brokers (sagaflow run: --brokers)");
+            throw EngineError(
+                "no Kafka brokers. Hint: set EngineConfig::kafka_brokers (configuration file: kafka.brokers; "
+                "sagaflow run: --brokers or SAGAFLOW_KAFKA_BROKERS)");
         }
         if (config_.database_pool_size < 2) {
             throw EngineError(

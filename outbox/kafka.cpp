@@ -1,5 +1,11 @@
 #include "outbox/kafka.hpp"
 
+#include <librdkafka/rdkafka.h>
+
+#include <array>
+
+#include "outbox/detail/rdkafka.hpp"
+
 namespace sagaflow::outbox {
 
 KafkaProperties ParseKafkaProperties(const std::vector<std::string>& pairs) {
@@ -13,6 +19,15 @@ KafkaProperties ParseKafkaProperties(const std::vector<std::string>& pairs) {
         out[pair.substr(0, eq)] = pair.substr(eq + 1);
     }
     return out;
+}
+
+std::optional<std::string> KafkaPropertyError(const std::string& key, const std::string& value) {
+    const detail::ConfPtr conf{rd_kafka_conf_new()};
+    std::array<char, 512> errstr{};
+    if (rd_kafka_conf_set(conf.get(), key.c_str(), value.c_str(), errstr.data(), errstr.size()) == RD_KAFKA_CONF_OK) {
+        return std::nullopt;
+    }
+    return std::string(errstr.data());
 }
 
 }  // namespace sagaflow::outbox

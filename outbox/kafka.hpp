@@ -3,6 +3,7 @@
 // do not inherit <librdkafka/rdkafka.h>.
 
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -21,5 +22,9 @@ class KafkaError : public std::runtime_error {
 
 // "KEY=VALUE" strings (command-line flags) as properties; KafkaError naming the bad one otherwise.
 KafkaProperties ParseKafkaProperties(const std::vector<std::string>& pairs);
+
+// librdkafka's reason for refusing `key` = `value` (an unknown key, a value out of its range), or
+// nullopt when it takes it. Checks the property alone, as the configuration file is read.
+std::optional<std::string> KafkaPropertyError(const std::string& key, const std::string& value);
 
 }  // namespace sagaflow::outbox

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <stdexcept>
@@ -17,6 +18,7 @@
 
 #include "engine/audit.hpp"
 #include "engine/cli/demo.hpp"
+#include "engine/config.hpp"
 #include "engine/definition_graph.hpp"
 #include "engine/definition_loader.hpp"
 #include "engine/engine.hpp"
@@ -75,11 +77,29 @@ std::string FirstLine(std::string text) {
     return text;
 }
 
-// --db, else SAGAFLOW_DB_URL; the URL is never printed unredacted.
-std::string DbUrl(const std::string& flag) {
+// Thrown after a configuration's diagnostics were printed: exit 1 with nothing more to say.
+struct ConfigRefused {};
+
+// The configuration file (or, without one, the defaults) with the SAGAFLOW_* variables applied;
+// its diagnostics are printed, one a line, and ConfigRefused thrown.
+sagaflow::Config LoadConfig(const std::string& file) {
+    const auto env = sagaflow::ProcessEnvironment();
+    auto result = file.empty() ? sagaflow::LoadConfigString("", "(no --config)", env, std::filesystem::current_path())
+                               : sagaflow::LoadConfigFile(file, env);
+    for (const auto& d : result.diagnostics) std::cerr << d.ToString() << "\n";
+    if (!result.config) {
+        std::cerr << result.diagnostics.size() << " configuration error(s)\n";
+        throw ConfigRefused{};
+    }
+    return std::move(*result.config);
+}
+
+// --db, else db.url of --config / SAGAFLOW_DB_URL; the URL is never printed unredacted.
+std::string DbUrl(const std::string& flag, const std::string& config_file) {
     if (!flag.empty()) return flag;
-    if (const char* env = std::getenv("SAGAFLOW_DB_URL"); env != nullptr && *env != '\0') return env;
-    throw CLI::ValidationError("--db", "no database: pass --db URL or set SAGAFLOW_DB_URL");
+    auto url = LoadConfig(config_file).engine.database_url;
+    if (!url.empty()) return url;
+    throw CLI::ValidationError("--db", "no database: pass --db URL, --config FILE with db.url, or set SAGAFLOW_DB_URL");
 }
 
 int Migrate(const std::string& url, const std::string& dir) {
@@ -131,11 +151,19 @@ int Prune(const std::string& url, int days, sagaflow::PruneOptions options) {
 std::atomic<bool> g_stop{false};
 
 // Runs the outbox relay until SIGINT/SIGTERM; prints a progress line every 5 s.
-int RunRelay(const std::string& url, const std::string& brokers) {
+int RunRelay(const std::string& url, std::string brokers, const std::string& config_file) {
+    const auto config = LoadConfig(config_file);
+    if (brokers.empty()) brokers = config.engine.kafka_brokers;
+    if (brokers.empty()) {
+        throw CLI::ValidationError("--brokers",
+                                   "no Kafka brokers: pass --brokers, --config FILE with kafka.brokers, or set "
+                                   "SAGAFLOW_KAFKA_BROKERS");
+    }
     sagaflow::store::MigrateBlocking(url, sagaflow::store::BuiltinMigrations());
     sagaflow::outbox::RelayOptions options;
     options.db_url = url;
     options.brokers = brokers;
+    options.properties = config.engine.kafka_properties;
     sagaflow::outbox::Relay relay{options};
     std::signal(SIGINT, [](int) { g_stop = true; });
     std::signal(SIGTERM, [](int) { g_stop = true; });
@@ -154,6 +182,7 @@ int RunRelay(const std::string& url, const std::string& brokers) {
 }
 
 struct RunFlags {
+    std::string config;  // a configuration file; the flags below override its keys when given
     std::string brokers;
     std::vector<std::string> sagas;
     std::string group = "sagaflow-engine";
@@ -170,38 +199,46 @@ struct RunFlags {
     int prune_after_days = 0;  // 0: finished sagas are kept (sagaflow prune deletes them on demand)
 };
 
-// Runs the engine until SIGINT/SIGTERM; prints a progress line every 5 s.
-int RunEngine(const std::string& url, const RunFlags& flags) {
-    sagaflow::EngineConfig config;
-    config.database_url = url;
-    config.kafka_brokers = flags.brokers;
-    config.consumer_group = flags.group;
-    config.replies_topic = flags.replies_topic;
-    config.instance_id = flags.instance;
-    config.run_relay = !flags.no_relay;
-    config.static_membership = flags.static_membership;
-    config.create_topics = !flags.no_create_topics;
-    config.kafka_properties = sagaflow::outbox::ParseKafkaProperties(flags.kafka_properties);
-    config.consumer_properties = sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties);
-    if (flags.prune_after_days != 0) {
-        config.history_retention = PruneHorizon(flags.prune_after_days, "--prune-after-days");
+// Runs the engine until SIGINT/SIGTERM; prints a progress line every 5 s. `given` tells which
+// flags were on the command line: those override the configuration file.
+int RunEngine(const std::string& db_flag, const RunFlags& flags, const std::function<bool(const char*)>& given) {
+    auto loaded = LoadConfig(flags.config);
+    auto& config = loaded.engine;
+    if (!db_flag.empty()) config.database_url = db_flag;
+    if (given("--brokers")) config.kafka_brokers = flags.brokers;
+    if (given("--group")) config.consumer_group = flags.group;
+    if (given("--replies-topic")) config.replies_topic = flags.replies_topic;
+    if (given("--instance")) config.instance_id = flags.instance;
+    if (flags.no_relay) config.run_relay = false;
+    if (flags.static_membership) config.static_membership = true;
+    if (flags.no_create_topics) config.create_topics = false;
+    for (const auto& [key, value] : sagaflow::outbox::ParseKafkaProperties(flags.kafka_properties)) {
+        config.kafka_properties[key] = value;
     }
-    if (!flags.http.empty()) {
-        const auto colon = flags.http.rfind(':');
-        if (colon == std::string::npos)
-            throw CLI::ValidationError("--http", "expected ADDRESS:PORT, e.g. 0.0.0.0:8080");
-        config.http.enabled = true;
-        config.http.address = flags.http.substr(0, colon);
-        config.http.port = std::stoi(flags.http.substr(colon + 1));
-        config.http.idempotency_ttl = std::chrono::hours(flags.idempotency_ttl_hours);
-        for (const auto& pair : flags.http_tokens) {
-            const auto eq = pair.find('=');
-            if (eq == std::string::npos || eq == 0) throw CLI::ValidationError("--http-token", "expected TOKEN=CLIENT");
-            config.http.tokens[pair.substr(0, eq)] = pair.substr(eq + 1);
+    for (const auto& [key, value] : sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties)) {
+        config.consumer_properties[key] = value;
+    }
+    if (given("--prune-after-days")) {
+        config.history_retention.reset();
+        if (flags.prune_after_days != 0) {
+            config.history_retention = PruneHorizon(flags.prune_after_days, "--prune-after-days");
         }
     }
+    if (!flags.http.empty() && !sagaflow::ParseListen(flags.http, config.http)) {
+        throw CLI::ValidationError(
+            "--http",
+            "expected ADDRESS:PORT (e.g. 0.0.0.0:8080, [::1]:8080; port 0: any free port), found '" + flags.http + "'");
+    }
+    if (given("--idempotency-ttl-hours")) config.http.idempotency_ttl = std::chrono::hours(flags.idempotency_ttl_hours);
+    for (const auto& pair : flags.http_tokens) {
+        const auto eq = pair.find('=');
+        if (eq == std::string::npos || eq == 0) throw CLI::ValidationError("--http-token", "expected TOKEN=CLIENT");
+        config.http.tokens[pair.substr(0, eq)] = pair.substr(eq + 1);
+    }
+    auto sagas = loaded.sagas;
+    sagas.insert(sagas.end(), flags.sagas.begin(), flags.sagas.end());
     sagaflow::Engine engine{config};
-    for (const auto& file : flags.sagas) {
+    for (const auto& file : sagas) {
         try {
             engine.RegisterDefinitionFile(file);
         } catch (const sagaflow::DefinitionError& e) {
@@ -213,8 +250,9 @@ int RunEngine(const std::string& url, const RunFlags& flags) {
     std::signal(SIGTERM, [](int) { g_stop = true; });
     engine.Start();
     if (engine.HttpPort() != 0) std::cerr << "engine: HTTP API on port " << engine.HttpPort() << std::endl;
-    std::cerr << "engine " << engine.Config().instance_id << ": running against " << sagaflow::store::RedactUrl(url)
-              << " and " << flags.brokers << " (" << flags.sagas.size() << " saga definition(s))" << std::endl;
+    std::cerr << "engine " << engine.Config().instance_id << ": running against "
+              << sagaflow::store::RedactUrl(config.database_url) << " and " << config.kafka_brokers << " ("
+              << sagas.size() << " saga definition(s))" << std::endl;
     for (int tick = 0; !g_stop.load(); ++tick) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         if (tick % 50 == 49) {
@@ -254,9 +292,22 @@ int main(int argc, char** argv) {
         ->capture_default_str();
 
     std::string db_flag;
+    std::string config_file;
+    // --db and --config, for every subcommand that works on a database.
+    const auto add_db = [&](CLI::App* sub) {
+        sub->add_option("--db", db_flag, "PostgreSQL URL (default: db.url of --config, or $SAGAFLOW_DB_URL)");
+        sub->add_option("--config", config_file, "a sagaflow configuration file (engine/README.md, Configuration)")
+            ->check(CLI::ExistingFile);
+    };
+
+    std::string check_file;
+    auto* check_config = app.add_subcommand(
+        "config", "Check a configuration file with the SAGAFLOW_* variables applied; print the result, secrets as ***");
+    check_config->add_option("FILE", check_file, "YAML configuration file")->check(CLI::ExistingFile);
+
     std::string migrations_dir;
     auto* migrate = app.add_subcommand("migrate", "Apply the schema migrations (idempotent; safe to run concurrently)");
-    migrate->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
+    add_db(migrate);
     migrate
         ->add_option("--dir", migrations_dir, "apply NNN_name.sql files from this folder instead of the built-in ones")
         ->check(CLI::ExistingDirectory);
@@ -264,14 +315,14 @@ int main(int argc, char** argv) {
     int ttl_hours = 48;
     auto* sweep = app.add_subcommand(
         "sweep", "Delete inbox and idempotency records and published outbox rows past their TTL, now");
-    sweep->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
+    add_db(sweep);
     sweep->add_option("--ttl-hours", ttl_hours, "records older than this are deleted; 24 to 72")->capture_default_str();
 
     int prune_days = 30;
     sagaflow::PruneOptions prune_options;
     auto* prune = app.add_subcommand(
         "prune", "Delete finished sagas (row, steps, timeline) that ended over --older-than-days ago; for cron");
-    prune->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
+    add_db(prune);
     prune->add_option("--older-than-days", prune_days, "sagas that ended longer ago are deleted; at least 3")
         ->capture_default_str();
     prune->add_flag("--include-failed", prune_options.include_failed, "also failed sagas (parked for an operator)");
@@ -279,13 +330,15 @@ int main(int argc, char** argv) {
 
     std::string brokers;
     auto* relay = app.add_subcommand("relay", "Publish outbox rows to Kafka until interrupted");
-    relay->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
-    relay->add_option("--brokers", brokers, "Kafka bootstrap servers")->required();
+    add_db(relay);
+    relay->add_option("--brokers", brokers, "Kafka bootstrap servers (default: kafka.brokers of --config)");
 
     RunFlags run_flags;
     auto* run = app.add_subcommand("run", "Run the saga engine (relay, reply consumer, timers) until interrupted");
-    run->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
-    run->add_option("--brokers", run_flags.brokers, "Kafka bootstrap servers")->required();
+    run->add_option("--db", db_flag, "PostgreSQL URL (default: db.url of --config, or $SAGAFLOW_DB_URL)");
+    run->add_option("--config", run_flags.config, "a sagaflow configuration file; the flags below override its keys")
+        ->check(CLI::ExistingFile);
+    run->add_option("--brokers", run_flags.brokers, "Kafka bootstrap servers (default: kafka.brokers of --config)");
     run->add_option("--saga", run_flags.sagas, "YAML saga definition to register (repeatable)")
         ->check(CLI::ExistingFile);
     run->add_option("--group", run_flags.group, "Kafka consumer group of the engines (and their inbox name)")
@@ -320,7 +373,7 @@ int main(int argc, char** argv) {
     bool audit_json = false;
     int grace_seconds = 60;
     auto* audit = app.add_subcommand("audit", "Check every saga guarantee in the database; exit 0 only if all hold");
-    audit->add_option("--db", db_flag, "PostgreSQL URL (default: $SAGAFLOW_DB_URL)");
+    add_db(audit);
     audit->add_option("--participant-schema",
                       audit_options.participant_schemas,
                       "a participant's schema in the same database (repeatable)");
@@ -366,22 +419,28 @@ int main(int argc, char** argv) {
     if (*validate) return Validate(validate_files);
     if (*graph) return Graph(graph_file, graph_format);
     try {
-        if (*migrate) return Migrate(DbUrl(db_flag), migrations_dir);
-        if (*sweep) return Sweep(DbUrl(db_flag), ttl_hours);
-        if (*prune) return Prune(DbUrl(db_flag), prune_days, prune_options);
-        if (*relay) return RunRelay(DbUrl(db_flag), brokers);
-        if (*run) return RunEngine(DbUrl(db_flag), run_flags);
+        if (*check_config) {
+            std::cout << LoadConfig(check_file).Describe();
+            return 0;
+        }
+        if (*migrate) return Migrate(DbUrl(db_flag, config_file), migrations_dir);
+        if (*sweep) return Sweep(DbUrl(db_flag, config_file), ttl_hours);
+        if (*prune) return Prune(DbUrl(db_flag, config_file), prune_days, prune_options);
+        if (*relay) return RunRelay(DbUrl(db_flag, config_file), brokers, config_file);
+        if (*run) return RunEngine(db_flag, run_flags, [run](const char* flag) { return run->count(flag) > 0; });
         if (*audit) {
-            audit_options.db_url = DbUrl(db_flag);
+            audit_options.db_url = DbUrl(db_flag, config_file);
             audit_options.grace = std::chrono::seconds(grace_seconds);
             const auto report = sagaflow::AuditBlocking(audit_options);
             std::cout << (audit_json ? report.ToJson().dump(2) + "\n" : report.Summary());
             return report.Ok() ? 0 : kExitInvalid;
         }
         if (*demo) {
-            demo_options.db_url = DbUrl(db_flag);
+            demo_options.db_url = DbUrl(db_flag, "");
             return sagaflow::cli::RunDemo(demo_options);
         }
+    } catch (const ConfigRefused&) {
+        return kExitInvalid;
     } catch (const CLI::ParseError& e) {
         return app.exit(e), kExitUsage;
     } catch (const pqxx::undefined_table& e) {

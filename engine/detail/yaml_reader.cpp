@@ -11,6 +11,12 @@ namespace sagaflow::detail {
 
 using std::chrono::milliseconds;
 
+std::string JoinDiagnostics(const std::vector<Diagnostic>& diagnostics) {
+    std::string text;
+    for (const auto& d : diagnostics) text += d.ToString() + "\n";
+    return text;
+}
+
 std::size_t EditDistance(std::string_view a, std::string_view b) {
     std::vector<std::size_t> row(b.size() + 1);
     for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;

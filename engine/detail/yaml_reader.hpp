@@ -26,11 +26,14 @@ struct YamlEntry {
 };
 using YamlFields = std::map<std::string, YamlEntry>;
 
+// One diagnostic a line, for an exception's message.
+std::string JoinDiagnostics(const std::vector<Diagnostic>& diagnostics);
+
 std::size_t EditDistance(std::string_view a, std::string_view b);
 
-// " (did you mean 'x'?)" for the closest candidate within a small edit distance, else "".
+// The candidate closest to `word` within a small edit distance (a typo), else "".
 template <typename Range>
-std::string Suggest(std::string_view word, const Range& candidates) {
+std::string Closest(std::string_view word, const Range& candidates) {
     if (word.empty()) return "";
     std::string best;
     // Close enough to be a typo, and not a rewrite of a short word ("zz" is no typo of "a").
@@ -42,6 +45,13 @@ std::string Suggest(std::string_view word, const Range& candidates) {
             best = std::string(candidate);
         }
     }
+    return best;
+}
+
+// " (did you mean 'x'?)" for the Closest candidate, else "".
+template <typename Range>
+std::string Suggest(std::string_view word, const Range& candidates) {
+    const std::string best = Closest(word, candidates);
     return best.empty() ? "" : " (did you mean '" + best + "'?)";
 }
 

@@ -10,7 +10,7 @@ int main(int argc, char** argv) {
     example::AddServiceFlags(app, flags, "order", "orders");
     CLI11_PARSE(app, argc, argv);
 
-    sagaflow::Participant participant{example::ConfigFrom(flags)};
+    sagaflow::Participant participant{example::ConfigFrom(app, flags)};
     participant.Setup([](sagaflow::Transaction& tx) {
         tx.Execute(
             "CREATE TABLE IF NOT EXISTS orders ("

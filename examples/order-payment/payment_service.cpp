@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
-    sagaflow::Participant participant{example::ConfigFrom(flags)};
+    sagaflow::Participant participant{example::ConfigFrom(app, flags)};
     // TEST ONLY (issue 9): without the UNIQUE, the audit must find the double charge.
     const bool unique = !sagaflow::store::GuardDisabled("payment-unique");
     participant.Setup([unique](sagaflow::Transaction& tx) {

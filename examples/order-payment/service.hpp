@@ -9,17 +9,21 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
 
+#include "engine/config.hpp"
 #include "engine/participant.hpp"
 #include "outbox/kafka.hpp"
 
 namespace example {
 
 struct ServiceFlags {
-    std::string name;  // the participant name (the saga's `participant:`)
+    std::string config;  // a sagaflow configuration file; the flags below override its keys when given
+    std::string name;    // the participant name (the saga's `participant:`)
     std::string db;
     std::string schema;
     std::string brokers;
@@ -42,9 +46,11 @@ inline void AddServiceFlags(CLI::App& app,
     flags.name = default_name;
     flags.schema = default_schema;
     app.add_option("--name", flags.name, "participant name: commands come on <name>.commands")->capture_default_str();
-    app.add_option("--db", flags.db, "PostgreSQL URL")->required();
+    app.add_option("--config", flags.config, "a sagaflow configuration file (db, kafka and participant sections)")
+        ->check(CLI::ExistingFile);
+    app.add_option("--db", flags.db, "PostgreSQL URL (default: db.url of --config, or $SAGAFLOW_DB_URL)");
     app.add_option("--schema", flags.schema, "the service's own schema")->capture_default_str();
-    app.add_option("--brokers", flags.brokers, "Kafka bootstrap servers")->required();
+    app.add_option("--brokers", flags.brokers, "Kafka bootstrap servers (default: kafka.brokers of --config)");
     app.add_option("--replies-topic", flags.replies_topic, "where replies go")->capture_default_str();
     app.add_flag("--no-create-topics", flags.no_create_topics, "the topics exist already (embedded Kafka)");
     app.add_option("--consumer-property", flags.consumer_properties, "librdkafka KEY=VALUE for the command consumer");
@@ -55,17 +61,35 @@ inline void AddServiceFlags(CLI::App& app,
         ->capture_default_str();
 }
 
-inline sagaflow::ParticipantConfig ConfigFrom(const ServiceFlags& flags) {
-    sagaflow::ParticipantConfig config;
-    config.name = flags.name;
-    config.database_url = flags.db;
-    config.schema = flags.schema;
-    config.kafka_brokers = flags.brokers;
-    config.replies_topic = flags.replies_topic;
-    config.create_topics = !flags.no_create_topics;
-    config.kafka_properties["log_level"] = "3";
-    config.consumer_properties = sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties);
-    config.inbox_ttl = std::chrono::hours(flags.inbox_ttl_hours);
+// The configuration file (or the defaults) with the SAGAFLOW_* variables applied, then the flags
+// given on the command line. A refused configuration is printed and ends the process (exit 1).
+inline sagaflow::ParticipantConfig ConfigFrom(const CLI::App& app, const ServiceFlags& flags) {
+    const auto env = sagaflow::ProcessEnvironment();
+    const auto loaded = flags.config.empty()
+                            ? sagaflow::LoadConfigString("", "(no --config)", env, std::filesystem::current_path())
+                            : sagaflow::LoadConfigFile(flags.config, env);
+    for (const auto& d : loaded.diagnostics) std::cerr << d.ToString() << "\n";
+    if (!loaded.config) std::exit(1);
+    auto config = loaded.config->participant;
+    const auto given = [&app](const char* flag) { return app.count(flag) > 0; };
+    if (given("--name") || config.name.empty()) config.name = flags.name;
+    if (given("--schema") || config.schema.empty()) config.schema = flags.schema;
+    if (given("--db")) config.database_url = flags.db;
+    if (given("--brokers")) config.kafka_brokers = flags.brokers;
+    if (given("--replies-topic")) config.replies_topic = flags.replies_topic;
+    if (flags.no_create_topics) config.create_topics = false;
+    for (const auto& [key, value] : sagaflow::outbox::ParseKafkaProperties(flags.consumer_properties)) {
+        config.consumer_properties[key] = value;
+    }
+    if (given("--inbox-ttl-hours")) config.inbox_ttl = std::chrono::hours(flags.inbox_ttl_hours);
+    config.kafka_properties.try_emplace("log_level", "3");
+    if (config.database_url.empty() || config.kafka_brokers.empty()) {
+        std::cerr << config.name << ": no " << (config.database_url.empty() ? "database" : "Kafka brokers") << ": pass "
+                  << (config.database_url.empty() ? "--db" : "--brokers") << ", or --config FILE with "
+                  << (config.database_url.empty() ? "db.url" : "kafka.brokers") << ", or set "
+                  << (config.database_url.empty() ? "SAGAFLOW_DB_URL" : "SAGAFLOW_KAFKA_BROKERS") << "\n";
+        std::exit(1);
+    }
     return config;
 }
 

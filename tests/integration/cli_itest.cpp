@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -166,4 +167,41 @@ TEST_CASE(
     CHECK(calls == 1);
     CHECK(SagaRowCount(url, failed_40) == 0);
     CHECK(all_rows() == 3 * 6 + 1);
+}
+
+TEST_CASE("a configuration file gives the maintenance commands their database; a bad file or flag stops run first") {
+    ScratchDatabase db;
+    const std::string dir = "/tmp/sagaflow-cli-itest-config-" + std::to_string(getpid());
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/good.yaml") << "db:\n  url: '" << db.Url() << "'\n";
+    std::ofstream(dir + "/bad.yaml") << "db:\n  url: '" << db.Url() << "'\n  pool_sise: 3\nhttp:\n  listen: nowhere\n";
+    const auto tables = [&] {
+        return Count(db.Url(), "SELECT count(*) FROM pg_tables WHERE tablename IN ('saga_instance', 'outbox')");
+    };
+
+    // Refused with every problem at its position, before anything connects: still no tables.
+    const CliRun bad = RunCli("run --config " + dir + "/bad.yaml --brokers 127.0.0.1:9");
+    CHECK(bad.code == 1);
+    CHECK(bad.err.find(dir + "/bad.yaml:3:3: error: db.pool_sise: unknown key 'pool_sise' (did you mean "
+                             "'pool_size'?)") != std::string::npos);
+    CHECK(bad.err.find(dir + "/bad.yaml:5:11: error: http.listen: expected ADDRESS:PORT") != std::string::npos);
+    CHECK(bad.err.find("2 configuration error(s)") != std::string::npos);
+    const CliRun bad_flag = RunCli("run --config " + dir + "/good.yaml --brokers 127.0.0.1:9 --http 0.0.0.0:http");
+    CHECK(bad_flag.code == 2);
+    CHECK(bad_flag.err.find("--http: expected ADDRESS:PORT") != std::string::npos);
+    CHECK(tables() == 0);
+
+    const CliRun migrate = RunCli("migrate --config " + dir + "/good.yaml");
+    CHECK(migrate.code == 0);
+    CHECK(migrate.out.find("migration(s) applied") != std::string::npos);
+    CHECK(tables() == 2);
+    const CliRun sweep = RunCli("sweep --config " + dir + "/good.yaml");
+    CHECK(sweep.code == 0);
+    // An environment variable overrides the file's key: a database that does not exist fails.
+    ::setenv("SAGAFLOW_DB_URL", sagaflow::testing::WithDatabase(db.Url(), "no_such_db").c_str(), 1);
+    const CliRun overridden = RunCli("sweep --config " + dir + "/good.yaml");
+    ::unsetenv("SAGAFLOW_DB_URL");
+    CHECK(overridden.code == 1);
+    CHECK(overridden.err.find("no_such_db") != std::string::npos);
+    std::filesystem::remove_all(dir);
 }

@@ -5,14 +5,18 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <pqxx/pqxx>
+#include <regex>
 #include <sstream>
 
 #include "engine/audit.hpp"
 #include "engine/detail/child_process.hpp"
 #include "outbox/writer.hpp"
+#include "tests/support/example_rig.hpp"
+#include "tests/support/http_client.hpp"
 #include "tests/support/services.hpp"
 
 using namespace sagaflow;
@@ -183,4 +187,118 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
                slow + "'",
            "DELETE FROM payments.payment p WHERE NOT EXISTS (SELECT 1 FROM saga_instance i WHERE i.saga_id = "
            "p.saga_id)");
+}
+
+TEST_CASE("the engine and both example services run from configuration files alone") {
+    // Each process gets `--config FILE` and nothing else: db.url and kafka.brokers come from
+    // SAGAFLOW_DB_URL / SAGAFLOW_KAFKA_BROKERS (the override of single keys), the definition from
+    // engine.sagas relative to the file, the API tokens from a file and a variable.
+    testing::ExampleRig rig;
+    const std::string dir = rig.LogDir();
+    std::ofstream(dir + "/shop.token") << "cfg-shop-token\n";
+    std::ofstream(dir + "/engine.yaml") << "kafka:\n  replies_topic: " << rig.Replies()
+                                        << "\n  consumer_properties:\n    session.timeout.ms: 6000\n"
+                                           "engine:\n  consumer_group: "
+                                        << rig.EngineGroup()
+                                        << "\n  instance_id: cfg-engine\n  sagas: [order-payment.yaml]\n"
+                                           "http:\n  listen: 127.0.0.1:0\n  tokens:\n    shop: {file: shop.token}\n"
+                                           "    operator-ops: {env: CFG_OPS_TOKEN}\n";
+    const auto service_config = [&](const std::string& file, const std::string& name, const std::string& schema) {
+        std::ofstream(dir + "/" + file) << "kafka:\n  replies_topic: " << rig.Replies()
+                                        << "\n  consumer_properties:\n    session.timeout.ms: 6000\n"
+                                           "participant:\n  name: "
+                                        << name << "\n  schema: " << schema << "\n";
+    };
+    service_config("order.yaml", rig.OrderName(), "orders");
+    service_config("payment.yaml", rig.PaymentName(), "payments");
+    const std::vector<std::string> env{
+        "SAGAFLOW_DB_URL=" + rig.DbUrl(), "SAGAFLOW_KAFKA_BROKERS=" + rig.Brokers(), "CFG_OPS_TOKEN=cfg-ops-token"};
+    const std::string bin = testing::RequiredEnv("SAGAFLOW_SERVICES_BIN");
+    detail::ChildProcess engine{
+        testing::SagaflowCli(), {"run", "--config", dir + "/engine.yaml"}, dir + "/engine.log", env};
+    detail::ChildProcess order{
+        bin + "/sagaflow-order-service", {"--config", dir + "/order.yaml"}, dir + "/order.log", env};
+    detail::ChildProcess payment{
+        bin + "/sagaflow-payment-service", {"--config", dir + "/payment.yaml"}, dir + "/payment.log", env};
+    const auto read = [](const std::string& path) {
+        std::ifstream in(path);
+        std::stringstream text;
+        text << in.rdbuf();
+        return text.str();
+    };
+    int port = 0;
+    REQUIRE_MESSAGE(testing::WaitFor(
+                        [&] {
+                            std::smatch match;
+                            const std::string log = read(dir + "/engine.log");
+                            if (!std::regex_search(log, match, std::regex("HTTP API on port ([0-9]+)"))) return false;
+                            port = std::stoi(match[1].str());
+                            return true;
+                        },
+                        std::chrono::seconds(60)),
+                    read(dir + "/engine.log"));
+
+    const std::string body = testing::ExampleRig::Input("cfg-order-1", "120.00").dump();
+    CHECK(testing::HttpRequest(port,
+                               "POST",
+                               "/v1/sagas/order-payment",
+                               {{"Idempotency-Key", "cfg-1"}, {"Content-Type", "application/json"}},
+                               body)
+              .status == 401);
+    const auto started = testing::HttpRequest(port,
+                                              "POST",
+                                              "/v1/sagas/order-payment",
+                                              {{"Authorization", "Bearer cfg-shop-token"},
+                                               {"Idempotency-Key", "cfg-1"},
+                                               {"Content-Type", "application/json"}},
+                                              body);
+    REQUIRE_MESSAGE(started.status == 201, started.body);
+    const std::string saga_id = started.Json()["sagaId"];
+    std::string status;
+    CHECK(testing::WaitFor(
+        [&] {
+            const auto view =
+                testing::HttpRequest(port, "GET", "/v1/sagas/" + saga_id, {{"Authorization", "Bearer cfg-ops-token"}});
+            status = view.status == 200 ? view.Json()["status"].get<std::string>() : std::to_string(view.status);
+            return status == "completed";
+        },
+        std::chrono::seconds(60)));
+    INFO("engine log:\n" << read(dir + "/engine.log") << "\npayment log:\n" << read(dir + "/payment.log"));
+    CHECK(status == "completed");
+    CHECK(testing::Count(rig.DbUrl(),
+                         "SELECT count(*) FROM payments.payment WHERE external_payment_id = 'cfg-order-1'") == 1);
+    CHECK(testing::Count(rig.DbUrl(),
+                         "SELECT count(*) FROM orders.orders WHERE order_id = 'cfg-order-1' AND status = "
+                         "'approved'") == 1);
+    CHECK(testing::Count(rig.DbUrl(), "SELECT count(*) FROM saga_instance WHERE saga_type = 'order-payment'") == 1);
+
+    // The embedding example reads the same kind of file through Config::FromFile: with the daemon
+    // stopped, its in-process engine runs the next saga to the end.
+    engine.KillAndWait(SIGTERM);
+    std::ofstream(dir + "/embed.yaml") << "kafka:\n  replies_topic: " << rig.Replies()
+                                       << "\nengine:\n  consumer_group: " << rig.EngineGroup()
+                                       << "\n  instance_id: cfg-embedded\n  sagas: [order-payment.yaml]\n";
+    int embedded_status = -1;
+    {
+        detail::ChildProcess embedded{testing::RequiredEnv("SAGAFLOW_EMBEDDING_EXAMPLE"),
+                                      {"--config", dir + "/embed.yaml", "cfg-order-2"},
+                                      dir + "/embedded.log",
+                                      env};
+        const int raw = embedded.Wait();
+        embedded_status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+    }
+    INFO("embedded log:\n" << read(dir + "/embedded.log"));
+    CHECK(embedded_status == 0);
+    CHECK(testing::Count(rig.DbUrl(),
+                         "SELECT count(*) FROM saga_instance WHERE idempotency_key = 'embedding-example-cfg-order-2' "
+                         "AND status = 'completed'") == 1);
+    CHECK(testing::Count(rig.DbUrl(),
+                         "SELECT count(*) FROM payments.payment WHERE external_payment_id = 'cfg-order-2'") == 1);
+
+    // The secrets are in no log.
+    for (const auto& log : {"engine.log", "order.log", "payment.log", "embedded.log"}) {
+        const std::string text = read(dir + "/" + log);
+        CHECK_MESSAGE(text.find("cfg-shop-token") == std::string::npos, log);
+        CHECK_MESSAGE(text.find("cfg-ops-token") == std::string::npos, log);
+    }
 }
