@@ -28,6 +28,7 @@
 #include "outbox/consumer.hpp"
 #include "outbox/relay.hpp"
 #include "outbox/uuid.hpp"
+#include "store/errors.hpp"
 #include "store/inbox.hpp"
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
@@ -538,6 +539,7 @@ class Engine::Impl {
         if (parts_.consumer) {
             m.reply_duplicates = parts_.consumer->Metrics().duplicates;
             m.consumer_restarts = parts_.consumer->Metrics().restarts;
+            m.database_stalls = parts_.consumer->Metrics().database_stalls;
         }
         if (parts_.relay) {
             m.outbox_published = parts_.relay->Metrics().published;
@@ -754,7 +756,7 @@ class Engine::Impl {
             spdlog::warn("engine {}: timer scan failed, retrying in {} ms: {}",
                          config_.instance_id,
                          config_.timer_max_sleep.count(),
-                         e.what());
+                         store::ExplainDatabaseError(e));
             return config_.timer_max_sleep;
         }
     }

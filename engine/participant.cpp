@@ -199,6 +199,7 @@ class Participant::Impl {
         if (parts_.consumer) {
             m.duplicates = parts_.consumer->Metrics().duplicates;
             m.consumer_restarts = parts_.consumer->Metrics().restarts;
+            m.database_stalls = parts_.consumer->Metrics().database_stalls;
         }
         return m;
     }

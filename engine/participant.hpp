@@ -81,6 +81,10 @@ struct StepReply {
     static StepReply Retry(const std::string& reason);
 };
 
+// A handler that throws rolls everything back and stores nothing. Let the database's exceptions
+// through (do not answer Failure for them): one that is the environment's fault (out of disk,
+// restarting, read-only: store/errors.hpp) makes the consumer wait and run the command again,
+// however long that takes; any other is tried a few times, then the command goes to the .dlq topic.
 using CommandHandler = std::function<StepReply(Transaction& tx, const Command& command)>;
 
 struct ParticipantConfig {
@@ -113,6 +117,7 @@ struct ParticipantMetrics {
     std::uint64_t retries = 0;            // handlers that answered Retry
     std::uint64_t duplicates = 0;         // deliveries the inbox dropped
     std::uint64_t consumer_restarts = 0;  // command consumers replaced after a fatal Kafka error
+    std::uint64_t database_stalls = 0;    // command batches put back: the database could not take them
 };
 
 class Participant {

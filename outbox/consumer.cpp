@@ -3,11 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <map>
+#include <optional>
 #include <pqxx/pqxx>
 #include <set>
 #include <utility>
 
 #include "outbox/detail/rdkafka.hpp"
+#include "store/errors.hpp"
 #include "store/inbox.hpp"
 #include "store/pool.hpp"
 #include "store/test_guards.hpp"
@@ -73,12 +75,17 @@ class Consumer::Impl {
                     try {
                         Process(batch);
                         StoreOffsets(batch);
+                        EndStall();
                     } catch (const std::exception& e) {
                         // Nothing of this batch is committed to Kafka: rewind and read it again.
-                        spdlog::warn(
-                            "consumer {}: batch failed ({}); it will be read again", options_.group_id, e.what());
                         Rewind(batch);
-                        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                        if (store::IsTransientDatabaseError(e)) {
+                            Stall(e);
+                        } else {
+                            spdlog::warn(
+                                "consumer {}: batch failed ({}); it will be read again", options_.group_id, e.what());
+                            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+                        }
                     }
                     continue;
                 }
@@ -115,6 +122,41 @@ class Consumer::Impl {
   private:
     static constexpr std::chrono::milliseconds kFirstRestartDelay{1000};
     static constexpr std::chrono::milliseconds kMaxRestartDelay{30'000};
+    static constexpr std::chrono::milliseconds kFirstStallDelay{250};
+    static constexpr std::chrono::milliseconds kMaxStallDelay{5000};
+    static constexpr std::chrono::seconds kStallLogEvery{30};
+
+    // The database cannot take work (out of disk, restarting, read-only): the rewound batch waits
+    // and is read again, however long that lasts; no record is dead-lettered for it. Logged when
+    // it starts, every 30 s while it lasts, and when it ends.
+    void Stall(const std::exception& e) {
+        const auto now = std::chrono::steady_clock::now();
+        if (!stalled_since_) {
+            stalled_since_ = now;
+            next_stall_log_ = now;
+            stall_delay_ = kFirstStallDelay;
+        }
+        ++metrics_.database_stalls;
+        if (now >= next_stall_log_) {
+            spdlog::error("consumer {}: {} (for {} s); the batch is kept and read again",
+                          options_.group_id,
+                          store::ExplainDatabaseError(e),
+                          std::chrono::duration_cast<std::chrono::seconds>(now - *stalled_since_).count());
+            next_stall_log_ = now + kStallLogEvery;
+        }
+        detail::SleepUnless(stopping_, stall_delay_);
+        stall_delay_ = std::min(stall_delay_ * 2, kMaxStallDelay);
+    }
+
+    void EndStall() {
+        if (!stalled_since_) return;
+        spdlog::info(
+            "consumer {}: the database takes work again after {} s; resumed",
+            options_.group_id,
+            std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - *stalled_since_)
+                .count());
+        stalled_since_.reset();
+    }
 
     detail::ClientPtr MakeConsumer() {
         auto conf = detail::MakeConf(consumer_properties_);
@@ -215,6 +257,7 @@ class Consumer::Impl {
         } catch (const store::PoolStopped&) {
             throw;  // stopping: the batch is read again after the restart
         } catch (const std::exception& e) {
+            if (store::IsTransientDatabaseError(e)) throw;  // the database's fault, not a record's: Stall
             spdlog::warn(
                 "consumer {}: batch transaction failed ({}); retrying record by record", options_.group_id, e.what());
         }
@@ -233,6 +276,9 @@ class Consumer::Impl {
                 } catch (const store::PoolStopped&) {
                     throw;  // stopping, not the record's fault: it is read again after the restart
                 } catch (const std::exception& e) {
+                    // Neither is a database that cannot take work: the whole batch waits (Stall);
+                    // the records applied one by one so far are dropped by the inbox on re-reading.
+                    if (store::IsTransientDatabaseError(e)) throw;
                     last_error = e.what();
                     std::this_thread::sleep_for(std::chrono::milliseconds(50 * attempt));
                 }
@@ -413,6 +459,9 @@ class Consumer::Impl {
     detail::ClientPtr dlq_;
     std::uint64_t dead_letter_failures_ = 0;  // failed DLQ deliveries since the last flush (consumer thread)
     std::string dead_letter_error_;
+    std::optional<std::chrono::steady_clock::time_point> stalled_since_;  // set while the database stalls us
+    std::chrono::steady_clock::time_point next_stall_log_{};
+    std::chrono::milliseconds stall_delay_{kFirstStallDelay};
     std::string fatal_;  // the consumer's fatal error, when it has raised one (consumer thread only)
     std::uint64_t unflushed_dead_letters_ = 0;  // consumer thread only
 };

@@ -21,6 +21,9 @@ struct ConsumerMetrics {
     std::atomic<std::uint64_t> dead_lettered{0};  // moved to <topic>.dlq
     std::atomic<std::int64_t> lag{0};             // records behind the high watermark, all partitions
     std::atomic<std::uint64_t> restarts{0};       // Kafka consumers replaced after a fatal error
+    // Batches put back because the database could not take them (out of disk, restarting,
+    // read-only): read again later, never dead-lettered.
+    std::atomic<std::uint64_t> database_stalls{0};
 };
 
 }  // namespace sagaflow::outbox

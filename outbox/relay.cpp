@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "outbox/detail/rdkafka.hpp"
+#include "store/errors.hpp"
 #include "store/pool.hpp"
 #include "store/prepared.hpp"
 #include "store/url.hpp"
@@ -193,7 +194,8 @@ class Relay::Impl {
                 Session();
             } catch (const std::exception& e) {
                 leader_ = false;
-                spdlog::warn("relay: {}; reconnecting", store::ScrubPassword(e.what(), options_.db_url));
+                spdlog::warn("relay: {}; reconnecting",
+                             store::ScrubPassword(store::ExplainDatabaseError(e), options_.db_url));
                 detail::SleepUnless(stopping_, std::chrono::milliseconds(1000));
             }
         }

@@ -26,6 +26,7 @@
 #include "engine/version.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/relay.hpp"
+#include "store/errors.hpp"
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
 #include "store/sweeper.hpp"
@@ -68,13 +69,6 @@ int Graph(const std::string& file, const std::string& format) {
     std::cout << sagaflow::RenderGraph(*result.definition,
                                        format == "dot" ? sagaflow::GraphFormat::kDot : sagaflow::GraphFormat::kMermaid);
     return 0;
-}
-
-// The first line of a PostgreSQL error, without its "ERROR:  " (the rest points into our SQL).
-std::string FirstLine(std::string text) {
-    if (const auto end = text.find('\n'); end != std::string::npos) text.resize(end);
-    if (text.rfind("ERROR:", 0) == 0) text.erase(0, text.find_first_not_of(' ', 6));
-    return text;
 }
 
 // Thrown after a configuration's diagnostics were printed: exit 1 with nothing more to say.
@@ -445,7 +439,7 @@ int main(int argc, char** argv) {
         return app.exit(e), kExitUsage;
     } catch (const pqxx::undefined_table& e) {
         // sweep and audit read sagaflow's tables but never create them (run, relay and demo do).
-        std::cerr << "sagaflow: error: " << FirstLine(e.what())
+        std::cerr << "sagaflow: error: " << sagaflow::store::ServerMessage(e.what())
                   << "\nHint: this database has no sagaflow schema yet (or --db names another database): run "
                      "`sagaflow migrate --db URL` first"
                   << (*audit ? "; for a participant's tables check --participant-schema and --payments-schema" : "")

@@ -17,6 +17,7 @@
 #include "engine/detail/canonical.hpp"
 #include "engine/detail/engine_internals.hpp"
 #include "outbox/admin.hpp"
+#include "store/errors.hpp"
 #include "store/inbox.hpp"
 #include "store/pool.hpp"
 #include "store/sweeper.hpp"
@@ -269,13 +270,30 @@ void HttpServer::Accept() {
                         try {
                             response = Handle(*request);
                         } catch (const std::exception& e) {
-                            spdlog::error(
-                                "http: {} {}: {}", std::string(request->message.method_string()), target, e.what());
-                            response = Problem(500,
-                                               "internal-error",
-                                               "Internal error",
-                                               "the request failed inside the server; it was not stored, so retrying "
-                                               "with the same Idempotency-Key is safe");
+                            if (store::IsTransientDatabaseError(e)) {
+                                // Not the request's fault and not stored: the client retries later
+                                // with the same Idempotency-Key.
+                                spdlog::error("http: {} {}: {}",
+                                              std::string(request->message.method_string()),
+                                              target,
+                                              store::ExplainDatabaseError(e));
+                                response = Problem(503,
+                                                   "database-unavailable",
+                                                   "Database unavailable",
+                                                   store::TransientCause(e) +
+                                                       "; nothing was stored: retry shortly with the same "
+                                                       "Idempotency-Key");
+                                response.headers.emplace_back("Retry-After", "5");
+                            } else {
+                                spdlog::error(
+                                    "http: {} {}: {}", std::string(request->message.method_string()), target, e.what());
+                                response =
+                                    Problem(500,
+                                            "internal-error",
+                                            "Internal error",
+                                            "the request failed inside the server; it was not stored, so retrying "
+                                            "with the same Idempotency-Key is safe");
+                            }
                         }
                         co_await asio::post(io_, asio::use_awaitable);
                         co_await send(std::move(response), keep_alive);
@@ -593,6 +611,9 @@ HttpServer::Response HttpServer::Metrics() {
     counter("sagaflow_consumer_restarts_total",
             "Reply consumers replaced after a fatal Kafka error (e.g. a fenced static member).",
             m.consumer_restarts);
+    counter("sagaflow_consumer_database_stalls_total",
+            "Reply batches put back because the database could not take them (out of disk, restarting, read-only).",
+            m.database_stalls);
     return {200, "text/plain; version=0.0.4", out.str(), {}};
 }
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "outbox/uuid.hpp"
+#include "store/errors.hpp"
 #include "store/inbox.hpp"
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
@@ -20,6 +21,7 @@
 
 using namespace sagaflow::store;
 using sagaflow::testing::Count;
+using sagaflow::testing::Execute;
 using sagaflow::testing::ScratchDatabase;
 
 namespace {
@@ -404,4 +406,64 @@ TEST_CASE("the sweeper deletes only rows past their TTL, in batches, and keeps t
     const auto again = SweepOnce(conn, std::chrono::hours(48));
     CHECK(again.processed_events == 0);
     CHECK(again.outbox_rows == 0);
+}
+
+TEST_CASE("database errors are told apart: the environment's wait and retry, the work's do not") {
+    ScratchDatabase db;
+    pqxx::connection conn{db.Url()};
+    // Runs `sql` and returns what it threw.
+    const auto thrown = [&](const std::string& sql, bool read_only = false) -> std::exception_ptr {
+        try {
+            pqxx::work tx{conn};
+            if (read_only) tx.exec("SET TRANSACTION READ ONLY");
+            tx.exec(sql);
+            tx.commit();
+        } catch (...) {
+            return std::current_exception();
+        }
+        FAIL("no error from: " << sql);
+        return nullptr;
+    };
+    const auto check = [](const std::exception_ptr& error, bool transient, const std::string& explained) {
+        try {
+            std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+            INFO(std::string(e.what()));
+            CHECK(IsTransientDatabaseError(e) == transient);
+            CHECK(ExplainDatabaseError(e).find(explained) != std::string::npos);
+        }
+    };
+    Execute(db.Url(), "CREATE TABLE t (id int PRIMARY KEY)");
+    // The server's own errors, raised as PostgreSQL raises them (SQLSTATE and text).
+    check(thrown("DO $$ BEGIN RAISE EXCEPTION 'could not extend file \"base/1/2\": No space left on device' "
+                 "USING ERRCODE = 'disk_full'; END $$"),
+          true,
+          "the database is out of disk space (SQLSTATE 53100: could not extend file \"base/1/2\": No space left on "
+          "device): free space on PostgreSQL's volume");
+    check(thrown("INSERT INTO t VALUES (1)", true),
+          true,
+          "the database is read-only (a standby, or after a failover) (SQLSTATE 25006: cannot execute INSERT in a "
+          "read-only transaction): point db.url at the primary");
+    check(thrown("DO $$ BEGIN RAISE EXCEPTION 'deadlock detected' USING ERRCODE = 'deadlock_detected'; END $$"),
+          true,
+          "a transaction lost a serialization or deadlock race");
+    // The work's own errors: not transient, explained by their own text.
+    Execute(db.Url(), "INSERT INTO t VALUES (1)");
+    check(thrown("INSERT INTO t VALUES (1)"), false, "duplicate key value violates unique constraint");
+    check(thrown("SELECT 1 / 0"), false, "division by zero");
+    check(thrown("SELECT * FROM no_such_table"), false, "does not exist");
+    // A connection that breaks under the work.
+    pqxx::connection victim{db.Url()};
+    const int pid = victim.backendpid();
+    Execute(db.Url(), "SELECT pg_terminate_backend(" + std::to_string(pid) + ")");
+    try {
+        pqxx::work tx{victim};
+        tx.exec("SELECT 1");
+        FAIL("the terminated connection still answered");
+    } catch (const std::exception& e) {
+        CHECK(IsTransientDatabaseError(e));
+        CHECK(ExplainDatabaseError(e).find("the connection to the database broke") == 0);
+    }
+    CHECK(ServerMessage("ERROR:  relation \"x\" does not exist\nLINE 1: SELECT * FROM x\n") ==
+          "relation \"x\" does not exist");
 }

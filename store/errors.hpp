@@ -1,0 +1,31 @@
+#pragma once
+// Which database errors are the environment's rather than the work's, and what to tell the
+// operator about them. A consumer that meets one keeps its batch and waits (it never dead-letters
+// a record for it); the HTTP API answers 503 with Retry-After instead of 500.
+
+#include <exception>
+#include <string>
+
+namespace sagaflow::store {
+
+// True for errors where the same work succeeds once the server recovers: the connection broke
+// (class 08, pqxx::broken_connection), the server is out of disk, memory or connections (53), is
+// shutting down or restarting (57P01..57P03), failed an I/O (58), a transaction lost a
+// serialization or deadlock race (40), or the server is read-only (25006: a standby, e.g. after a
+// failover). Errors of the work itself (bad data, constraint violations, a handler's own
+// exception) are not.
+bool IsTransientDatabaseError(const std::exception& e);
+
+// One line for logs naming the cause and the fix, e.g. "PostgreSQL is out of disk space (SQLSTATE
+// 53100: could not extend file ...): free space on its volume; the work waits and is retried".
+// For other errors: their text.
+std::string ExplainDatabaseError(const std::exception& e);
+
+// The first line of a PostgreSQL error's text, without its "ERROR:  " (the lines after it point
+// into our SQL: not for users).
+std::string ServerMessage(std::string text);
+
+// The cause alone, for an HTTP client ("the database is out of disk space"); "" if not transient.
+std::string TransientCause(const std::exception& e);
+
+}  // namespace sagaflow::store
