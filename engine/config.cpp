@@ -512,6 +512,11 @@ ConfigResult LoadConfigFile(const std::filesystem::path& path, const Environment
     return LoadConfigString(*text, path.string(), env, path.parent_path());
 }
 
+ConfigResult LoadConfigOrDefaults(const std::filesystem::path& path, const Environment& env) {
+    return path.empty() ? LoadConfigString("", "(no configuration file)", env, std::filesystem::current_path())
+                        : LoadConfigFile(path, env);
+}
+
 Config Config::FromFile(const std::filesystem::path& path, const Environment& env) {
     auto result = LoadConfigFile(path, env);
     if (!result.config) throw ConfigError(std::move(result.diagnostics));

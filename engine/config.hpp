@@ -60,6 +60,9 @@ ConfigResult LoadConfigString(std::string_view text,
                               const Environment& env,
                               const std::filesystem::path& base_dir);
 ConfigResult LoadConfigFile(const std::filesystem::path& path, const Environment& env = ProcessEnvironment());
+// The file's configuration, or with an empty path the defaults; the SAGAFLOW_* variables applied
+// either way (what a command with an optional --config reads).
+ConfigResult LoadConfigOrDefaults(const std::filesystem::path& path, const Environment& env = ProcessEnvironment());
 
 // "ADDRESS:PORT" (an IPv6 address in brackets: "[::1]:8080"; port 0: any free port) as the HTTP
 // API's address and port; false if it is not one. `http.listen` and `sagaflow run --http`.

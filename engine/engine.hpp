@@ -124,7 +124,10 @@ struct SagaView {
     bool Terminal() const { return status == "completed" || status == "compensated" || status == "failed"; }
 };
 
-// The answer of StartSaga. Expected outcomes are values: only a broken database throws.
+// The answer of StartSaga. Expected outcomes are values: only a broken database throws (a
+// std::exception; `store::IsTransientDatabaseError(e)` from store/errors.hpp tells an outage —
+// out of disk, restarting, read-only, connection lost — that a retry with the same key survives:
+// nothing was stored).
 struct StartResult {
     enum class Status {
         kStarted,       // a new saga, `saga_id`

@@ -24,6 +24,8 @@
 #include "engine/engine.hpp"
 #include "engine/retention.hpp"
 #include "engine/version.hpp"
+#include "outbox/dead_letters.hpp"
+#include "outbox/event.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/relay.hpp"
 #include "store/errors.hpp"
@@ -77,9 +79,7 @@ struct ConfigRefused {};
 // The configuration file (or, without one, the defaults) with the SAGAFLOW_* variables applied;
 // its diagnostics are printed, one a line, and ConfigRefused thrown.
 sagaflow::Config LoadConfig(const std::string& file) {
-    const auto env = sagaflow::ProcessEnvironment();
-    auto result = file.empty() ? sagaflow::LoadConfigString("", "(no --config)", env, std::filesystem::current_path())
-                               : sagaflow::LoadConfigFile(file, env);
+    auto result = sagaflow::LoadConfigOrDefaults(file);
     for (const auto& d : result.diagnostics) std::cerr << d.ToString() << "\n";
     if (!result.config) {
         std::cerr << result.diagnostics.size() << " configuration error(s)\n";
@@ -139,6 +139,73 @@ int Prune(const std::string& url, int days, sagaflow::PruneOptions options) {
         std::cerr << "prune: " << so_far.sagas << " sagas deleted so far\n";
     });
     std::cout << sagaflow::Describe(report, options) << "\n";
+    return 0;
+}
+
+struct DlqFlags {
+    std::string topic;
+    std::string brokers;
+    std::string match;  // only letters whose reason contains it
+    bool replay = false;
+    bool json = false;
+};
+
+// Lists the dead letters of a .dlq topic (what, from where, why) and, with --replay, sends the
+// listed ones back to their origin topics.
+int DeadLetters(const DlqFlags& flags, const std::string& config_file) {
+    const auto config = LoadConfig(config_file);
+    const std::string brokers = flags.brokers.empty() ? config.engine.kafka_brokers : flags.brokers;
+    if (brokers.empty()) {
+        throw CLI::ValidationError("--brokers",
+                                   "no Kafka brokers: pass --brokers, --config FILE with kafka.brokers, or set "
+                                   "SAGAFLOW_KAFKA_BROKERS");
+    }
+    if (flags.topic.size() < 5 || flags.topic.substr(flags.topic.size() - 4) != ".dlq") {
+        throw CLI::ValidationError("TOPIC", "'" + flags.topic + "' is not a dead-letter topic: name <topic>.dlq");
+    }
+    auto letters = sagaflow::outbox::ReadDeadLetters(
+        brokers, flags.topic, config.engine.kafka_properties, std::chrono::seconds(30));
+    const std::size_t total = letters.size();
+    std::erase_if(letters, [&](const auto& l) { return l.reason.find(flags.match) == std::string::npos; });
+    nlohmann::json listed = nlohmann::json::array();
+    for (const auto& l : letters) {
+        std::string why;
+        const auto event = sagaflow::outbox::ParseCloudEvent(l.value, why);
+        if (flags.json) {
+            listed.push_back({{"partition", l.partition},
+                              {"offset", l.offset},
+                              {"origin", l.origin},
+                              {"reason", l.reason},
+                              {"key", l.key},
+                              {"eventId", event ? event->id : ""},
+                              {"eventType", event ? event->type : ""},
+                              {"value", l.value},
+                              {"valueOmittedBytes", l.omitted_size ? *l.omitted_size : 0}});
+            continue;
+        }
+        std::cout << l.partition << "@" << l.offset << "  from " << l.origin << "  key " << l.key << "\n"
+                  << "    reason: " << l.reason << "\n";
+        if (l.omitted_size) {
+            std::cout << "    value omitted (" << *l.omitted_size << " bytes): it is still at " << l.origin << "\n";
+        } else if (event) {
+            std::cout << "    event " << event->id << " " << event->type << "\n";
+        } else {
+            std::cout << "    value (" << l.value.size() << " bytes): " << l.value.substr(0, 80)
+                      << (l.value.size() > 80 ? "..." : "") << "\n";
+        }
+    }
+    if (flags.json) std::cout << listed.dump(2) << "\n";
+    std::cerr << total << " dead letter(s) in " << flags.topic;
+    if (!flags.match.empty()) std::cerr << ", " << letters.size() << " with '" << flags.match << "' in the reason";
+    std::cerr << "\n";
+    if (flags.replay) {
+        const auto report = sagaflow::outbox::ReplayDeadLetters(brokers, letters, config.engine.kafka_properties);
+        std::cerr << "replayed " << report.replayed << " to their origin topics"
+                  << (report.skipped != 0 ? " (" + std::to_string(report.skipped) +
+                                                " without a value skipped: replay them from their origin)"
+                                          : "")
+                  << "; the inboxes drop any already applied\n";
+    }
     return 0;
 }
 
@@ -363,6 +430,17 @@ int main(int argc, char** argv) {
                     run_flags.consumer_properties,
                     "librdkafka KEY=VALUE for the reply consumer (repeatable)");
 
+    DlqFlags dlq_flags;
+    auto* dlq = app.add_subcommand(
+        "dlq", "List a .dlq topic's dead letters (origin, reason, event); --replay sends them back to their topics");
+    dlq->add_option("TOPIC", dlq_flags.topic, "the dead-letter topic, <topic>.dlq")->required();
+    dlq->add_option("--brokers", dlq_flags.brokers, "Kafka bootstrap servers (default: kafka.brokers of --config)");
+    dlq->add_option("--config", config_file, "a sagaflow configuration file (brokers, kafka.properties)")
+        ->check(CLI::ExistingFile);
+    dlq->add_option("--match", dlq_flags.match, "only the dead letters whose reason contains this text");
+    dlq->add_flag("--replay", dlq_flags.replay, "produce the listed dead letters to their origin topics again");
+    dlq->add_flag("--json", dlq_flags.json, "print them as JSON (values included)");
+
     sagaflow::AuditOptions audit_options;
     bool audit_json = false;
     int grace_seconds = 60;
@@ -421,6 +499,7 @@ int main(int argc, char** argv) {
         if (*sweep) return Sweep(DbUrl(db_flag, config_file), ttl_hours);
         if (*prune) return Prune(DbUrl(db_flag, config_file), prune_days, prune_options);
         if (*relay) return RunRelay(DbUrl(db_flag, config_file), brokers, config_file);
+        if (*dlq) return DeadLetters(dlq_flags, config_file);
         if (*run) return RunEngine(db_flag, run_flags, [run](const char* flag) { return run->count(flag) > 0; });
         if (*audit) {
             audit_options.db_url = DbUrl(db_flag, config_file);

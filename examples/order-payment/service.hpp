@@ -10,7 +10,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -64,10 +63,7 @@ inline void AddServiceFlags(CLI::App& app,
 // The configuration file (or the defaults) with the SAGAFLOW_* variables applied, then the flags
 // given on the command line. A refused configuration is printed and ends the process (exit 1).
 inline sagaflow::ParticipantConfig ConfigFrom(const CLI::App& app, const ServiceFlags& flags) {
-    const auto env = sagaflow::ProcessEnvironment();
-    const auto loaded = flags.config.empty()
-                            ? sagaflow::LoadConfigString("", "(no --config)", env, std::filesystem::current_path())
-                            : sagaflow::LoadConfigFile(flags.config, env);
+    const auto loaded = sagaflow::LoadConfigOrDefaults(flags.config);
     for (const auto& d : loaded.diagnostics) std::cerr << d.ToString() << "\n";
     if (!loaded.config) std::exit(1);
     auto config = loaded.config->participant;

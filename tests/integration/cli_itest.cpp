@@ -17,36 +17,11 @@
 #include "engine/retention.hpp"
 #include "tests/support/services.hpp"
 
+using sagaflow::testing::CliRun;
 using sagaflow::testing::Count;
+using sagaflow::testing::RunCli;
 using sagaflow::testing::SagaRowCount;
 using sagaflow::testing::ScratchDatabase;
-
-namespace {
-
-// Runs `sagaflow <args>`; returns its exit code and what it wrote to stdout and stderr.
-struct CliRun {
-    int code = -1;
-    std::string out, err;
-};
-
-CliRun RunCli(const std::string& args) {
-    const std::string base = "/tmp/sagaflow-cli-itest-" + std::to_string(getpid());
-    const int status =
-        std::system((sagaflow::testing::SagaflowCli() + " " + args + " >" + base + ".out 2>" + base + ".err").c_str());
-    const auto slurp = [](const std::string& path) {
-        std::ifstream in(path);
-        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        std::remove(path.c_str());
-        return text;
-    };
-    CliRun run;
-    run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    run.out = slurp(base + ".out");
-    run.err = slurp(base + ".err");
-    return run;
-}
-
-}  // namespace
 
 TEST_CASE("sweep and audit against a database without sagaflow's tables say to migrate first, and create nothing") {
     ScratchDatabase db;

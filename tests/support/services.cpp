@@ -1,5 +1,8 @@
 #include "tests/support/services.hpp"
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <pqxx/pqxx>
@@ -116,6 +119,22 @@ std::string RequiredEnv(const char* name) {
 
 std::string SagaflowCli() {
     return RequiredEnv("SAGAFLOW_CLI");
+}
+
+CliRun RunCli(const std::string& args) {
+    const std::string base = "/tmp/" + UniqueName("sagaflow-cli");
+    const int status = std::system((SagaflowCli() + " " + args + " >" + base + ".out 2>" + base + ".err").c_str());
+    const auto slurp = [](const std::string& path) {
+        std::ifstream in(path);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::remove(path.c_str());
+        return text;
+    };
+    CliRun run;
+    run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    run.out = slurp(base + ".out");
+    run.err = slurp(base + ".err");
+    return run;
 }
 
 void CreateTopic(const std::string& brokers, const std::string& topic, int partitions) {

@@ -59,4 +59,12 @@ std::string RequiredEnv(const char* name);
 // The sagaflow CLI the tests run (SAGAFLOW_CLI, set by ctest); throws naming the fix when missing.
 std::string SagaflowCli();
 
+// Runs `sagaflow <args>` (args as a shell would split them); its exit code and what it wrote to
+// stdout and stderr.
+struct CliRun {
+    int code = -1;
+    std::string out, err;
+};
+CliRun RunCli(const std::string& args);
+
 }  // namespace sagaflow::testing
