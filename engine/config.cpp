@@ -255,7 +255,9 @@ void ConfigReader::ReadDb(const YamlFields& root, Config& config) {
               "SAGAFLOW_DB_URL in the environment)");
         url.reset();
     }
-    if (const auto password = Secret(*db, "password", "db"); password && url) {
+    const auto password = Secret(*db, "password", "db");
+    if (password) config.db_password = *password;
+    if (password && url) {
         if (store::RedactUrl(*url) != *url) {
             Error(MarkOf(db->at("password")), "db.password", "db.url holds a password too: keep one of them");
         } else {
@@ -515,6 +517,10 @@ ConfigResult LoadConfigFile(const std::filesystem::path& path, const Environment
 ConfigResult LoadConfigOrDefaults(const std::filesystem::path& path, const Environment& env) {
     return path.empty() ? LoadConfigString("", "(no configuration file)", env, std::filesystem::current_path())
                         : LoadConfigFile(path, env);
+}
+
+std::string Config::WithDbPassword(const std::string& url) const {
+    return db_password.empty() || store::RedactUrl(url) != url ? url : WithPassword(url, db_password);
 }
 
 Config Config::FromFile(const std::filesystem::path& path, const Environment& env) {

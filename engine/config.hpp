@@ -41,6 +41,13 @@ struct Config {
     ParticipantConfig participant;  // db, kafka and participant sections (a participant's service)
     // engine.sagas: definition files to register, relative paths resolved against the file's folder.
     std::vector<std::filesystem::path> sagas;
+    // db.password as read (empty: none). Already in the URLs above; kept for a URL given on the
+    // command line instead of db.url. Never printed.
+    std::string db_password;
+
+    // `url` with db.password added (unless `url` holds a password of its own): a --db flag
+    // replaces db.url, not the password.
+    std::string WithDbPassword(const std::string& url) const;
 
     // Throws ConfigError holding every diagnostic.
     static Config FromFile(const std::filesystem::path& path, const Environment& env = ProcessEnvironment());

@@ -90,8 +90,9 @@ sagaflow::Config LoadConfig(const std::string& file) {
 
 // --db, else db.url of --config / SAGAFLOW_DB_URL; the URL is never printed unredacted.
 std::string DbUrl(const std::string& flag, const std::string& config_file) {
-    if (!flag.empty()) return flag;
-    auto url = LoadConfig(config_file).engine.database_url;
+    const auto config = LoadConfig(config_file);
+    if (!flag.empty()) return config.WithDbPassword(flag);
+    auto url = config.engine.database_url;
     if (!url.empty()) return url;
     throw CLI::ValidationError("--db", "no database: pass --db URL, --config FILE with db.url, or set SAGAFLOW_DB_URL");
 }
@@ -265,7 +266,7 @@ struct RunFlags {
 int RunEngine(const std::string& db_flag, const RunFlags& flags, const std::function<bool(const char*)>& given) {
     auto loaded = LoadConfig(flags.config);
     auto& config = loaded.engine;
-    if (!db_flag.empty()) config.database_url = db_flag;
+    if (!db_flag.empty()) config.database_url = loaded.WithDbPassword(db_flag);
     if (given("--brokers")) config.kafka_brokers = flags.brokers;
     if (given("--group")) config.consumer_group = flags.group;
     if (given("--replies-topic")) config.replies_topic = flags.replies_topic;
@@ -509,7 +510,7 @@ int main(int argc, char** argv) {
             return report.Ok() ? 0 : kExitInvalid;
         }
         if (*demo) {
-            demo_options.db_url = DbUrl(db_flag, "");
+            demo_options.db_url = DbUrl(db_flag, "");  // SAGAFLOW_DB_PASSWORD applies to --db too
             return sagaflow::cli::RunDemo(demo_options);
         }
     } catch (const ConfigRefused&) {

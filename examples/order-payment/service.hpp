@@ -70,7 +70,7 @@ inline sagaflow::ParticipantConfig ConfigFrom(const CLI::App& app, const Service
     const auto given = [&app](const char* flag) { return app.count(flag) > 0; };
     if (given("--name") || config.name.empty()) config.name = flags.name;
     if (given("--schema") || config.schema.empty()) config.schema = flags.schema;
-    if (given("--db")) config.database_url = flags.db;
+    if (given("--db")) config.database_url = loaded.config->WithDbPassword(flags.db);
     if (given("--brokers")) config.kafka_brokers = flags.brokers;
     if (given("--replies-topic")) config.replies_topic = flags.replies_topic;
     if (flags.no_create_topics) config.create_topics = false;

@@ -213,6 +213,10 @@ TEST_CASE("secrets come from the environment or a file, never from the file itse
     CHECK(from_file.engine.database_url == "host=db dbname=app password='s3cret'");
     CHECK(LibpqPassword(from_file.engine.database_url) == "s3cret");
     CHECK(from_file.engine.kafka_properties.at("sasl.password") == "k-secret");
+    // A URL from the command line replaces db.url, not the password; its own password wins.
+    CHECK(LibpqPassword(from_file.WithDbPassword("postgresql://app@other/db")) == "s3cret");
+    CHECK(from_file.WithDbPassword("postgresql://app:own@other/db") == "postgresql://app:own@other/db");
+    CHECK(Load("").WithDbPassword("postgresql://app@other/db") == "postgresql://app@other/db");
     const std::string printed = from_file.Describe();
     CHECK(printed.find("s3cret") == std::string::npos);
     CHECK(printed.find("k-secret") == std::string::npos);
