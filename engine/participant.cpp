@@ -34,9 +34,8 @@ pqxx::result Run(void* native, const std::string& sql, const std::vector<Transac
     std::vector<const char*> raw;
     raw.reserve(params.size());
     for (const auto& p : params) raw.push_back(p ? p->c_str() : nullptr);  // a null pointer binds SQL NULL
-    // Not prepared: the text is the user's and may vary without bound (prepared statements stay on
-    // the server for the connection's life).
-    return tx.exec_params(sql, pqxx::prepare::make_dynamic_params(raw));
+    // Prepared, up to a bound per connection (the text is the user's and may vary without bound).
+    return store::ExecForeign(tx, sql, raw);
 }
 
 }  // namespace

@@ -2,10 +2,14 @@
 
 #include <cstdio>
 #include <functional>
+#include <mutex>
+#include <pqxx/except>
 #include <pqxx/nontransaction>
 #include <pqxx/prepared_statement>
 #include <pqxx/transaction_base>
 #include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "store/inbox.hpp"
 
@@ -18,6 +22,54 @@ std::string PreparedName(pqxx::connection_base& conn, const std::string& sql) {
     // the statement reaches the server on its first use (and again after a reconnect).
     conn.prepare(name, sql);
     return name;
+}
+
+namespace {
+
+// Per connection: the foreign statements prepared on it, and those to prepare afresh.
+struct ForeignStatements {
+    std::unordered_set<std::string> prepared;
+    std::unordered_set<std::string> stale;
+};
+std::mutex g_foreign_mutex;
+std::unordered_map<const pqxx::connection_base*, ForeignStatements> g_foreign;
+
+}  // namespace
+
+pqxx::result ExecForeign(pqxx::transaction_base& tx,
+                         const std::string& sql,
+                         const std::vector<const char*>& params,
+                         std::size_t limit) {
+    auto& conn = tx.conn();
+    char name[24];
+    std::snprintf(name, sizeof name, "sfu_%016zx", std::hash<std::string>{}(sql));
+    bool prepared = false;
+    bool afresh = false;
+    {
+        const std::lock_guard lock{g_foreign_mutex};
+        auto& state = g_foreign[&conn];
+        if (state.prepared.count(name) != 0) {
+            prepared = true;
+            afresh = state.stale.erase(name) != 0;
+        } else if (state.prepared.size() < limit) {
+            prepared = state.prepared.insert(name).second;
+        }
+    }
+    if (!prepared) return tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
+    if (afresh) conn.unprepare(name);  // DEALLOCATE: allowed inside a transaction
+    conn.prepare(name, sql);           // a lookup once declared
+    try {
+        return tx.exec_prepared(name, pqxx::prepare::make_dynamic_params(params));
+    } catch (const pqxx::feature_not_supported&) {
+        const std::lock_guard lock{g_foreign_mutex};
+        g_foreign[&conn].stale.insert(name);
+        throw;
+    }
+}
+
+void ForgetForeignStatements(const pqxx::connection_base& conn) {
+    const std::lock_guard lock{g_foreign_mutex};
+    g_foreign.erase(&conn);
 }
 
 void UseOwnStatementPlans(pqxx::connection_base& conn) {

@@ -10,6 +10,7 @@ void Runtime::StartPool(const std::string& url, int size, bool own_statements_on
     options.url = url;
     options.size = size;
     options.on_connect = [own_statements_only](pqxx::connection& conn) {
+        store::ForgetForeignStatements(conn);  // a new connection, perhaps at an old one's address
         if (own_statements_only) store::UseOwnStatementPlans(conn);
         store::PrepareInbox(conn);
     };

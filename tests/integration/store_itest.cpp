@@ -467,3 +467,36 @@ TEST_CASE("database errors are told apart: the environment's wait and retry, the
     CHECK(ServerMessage("ERROR:  relation \"x\" does not exist\nLINE 1: SELECT * FROM x\n") ==
           "relation \"x\" does not exist");
 }
+
+TEST_CASE("foreign statements: prepared up to the bound, and prepared afresh after their table changed") {
+    ScratchDatabase db;
+    Execute(db.Url(), "CREATE TABLE f (a int); INSERT INTO f VALUES (1)");
+    pqxx::connection conn{db.Url()};
+    const auto run = [&](const std::string& sql, std::size_t limit = kMaxForeignStatements) {
+        pqxx::work tx{conn};
+        const std::string one = "1";
+        auto result = ExecForeign(tx, sql, {one.c_str()}, limit);
+        tx.commit();
+        return result;
+    };
+    const auto prepared = [&] {
+        pqxx::work tx{conn};
+        return tx.exec1("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'sfu\\_%'")[0].as<int>();
+    };
+    // Two texts prepared, the third run unprepared: the bound holds, the answers are right.
+    CHECK(run("SELECT a FROM f WHERE a = $1::int", 2).size() == 1);
+    CHECK(run("SELECT a + 1 FROM f WHERE a = $1::int", 2)[0][0].as<int>() == 2);
+    CHECK(run("SELECT a + 2 FROM f WHERE a = $1::int", 2)[0][0].as<int>() == 3);
+    CHECK(prepared() == 2);
+    CHECK(run("SELECT a FROM f WHERE a = $1::int", 2).size() == 1);  // reused
+    CHECK(prepared() == 2);
+
+    // A column added under a prepared SELECT *: PostgreSQL refuses the old statement once; the
+    // next transaction prepares it afresh and sees the new column.
+    CHECK(run("SELECT * FROM f WHERE a = $1::int")[0].size() == 1);
+    Execute(db.Url(), "ALTER TABLE f ADD COLUMN b int DEFAULT 7");
+    CHECK_THROWS_AS(run("SELECT * FROM f WHERE a = $1::int"), pqxx::feature_not_supported);
+    const auto afresh = run("SELECT * FROM f WHERE a = $1::int");
+    REQUIRE(afresh[0].size() == 2);
+    CHECK(afresh[0][1].as<int>() == 7);
+}
