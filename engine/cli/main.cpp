@@ -97,6 +97,15 @@ std::string DbUrl(const std::string& flag, const std::string& config_file) {
     throw CLI::ValidationError("--db", "no database: pass --db URL, --config FILE with db.url, or set SAGAFLOW_DB_URL");
 }
 
+// --brokers, else kafka.brokers of --config / SAGAFLOW_KAFKA_BROKERS.
+std::string Brokers(const std::string& flag, const sagaflow::Config& config) {
+    if (!flag.empty()) return flag;
+    if (!config.engine.kafka_brokers.empty()) return config.engine.kafka_brokers;
+    throw CLI::ValidationError(
+        "--brokers",
+        "no Kafka brokers: pass --brokers, --config FILE with kafka.brokers, or set SAGAFLOW_KAFKA_BROKERS");
+}
+
 int Migrate(const std::string& url, const std::string& dir) {
     const auto migrations =
         dir.empty() ? sagaflow::store::BuiltinMigrations() : sagaflow::store::MigrationsFromDir(dir);
@@ -155,12 +164,7 @@ struct DlqFlags {
 // listed ones back to their origin topics.
 int DeadLetters(const DlqFlags& flags, const std::string& config_file) {
     const auto config = LoadConfig(config_file);
-    const std::string brokers = flags.brokers.empty() ? config.engine.kafka_brokers : flags.brokers;
-    if (brokers.empty()) {
-        throw CLI::ValidationError("--brokers",
-                                   "no Kafka brokers: pass --brokers, --config FILE with kafka.brokers, or set "
-                                   "SAGAFLOW_KAFKA_BROKERS");
-    }
+    const std::string brokers = Brokers(flags.brokers, config);
     if (flags.topic.size() < 5 || flags.topic.substr(flags.topic.size() - 4) != ".dlq") {
         throw CLI::ValidationError("TOPIC", "'" + flags.topic + "' is not a dead-letter topic: name <topic>.dlq");
     }
@@ -215,12 +219,7 @@ std::atomic<bool> g_stop{false};
 // Runs the outbox relay until SIGINT/SIGTERM; prints a progress line every 5 s.
 int RunRelay(const std::string& url, std::string brokers, const std::string& config_file) {
     const auto config = LoadConfig(config_file);
-    if (brokers.empty()) brokers = config.engine.kafka_brokers;
-    if (brokers.empty()) {
-        throw CLI::ValidationError("--brokers",
-                                   "no Kafka brokers: pass --brokers, --config FILE with kafka.brokers, or set "
-                                   "SAGAFLOW_KAFKA_BROKERS");
-    }
+    brokers = Brokers(brokers, config);
     sagaflow::store::MigrateBlocking(url, sagaflow::store::BuiltinMigrations());
     sagaflow::outbox::RelayOptions options;
     options.db_url = url;
