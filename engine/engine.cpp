@@ -753,10 +753,13 @@ class Engine::Impl {
         } catch (const pqxx::broken_connection&) {
             throw;  // the pool reconnects and runs the scan again
         } catch (const std::exception& e) {
-            spdlog::warn("engine {}: timer scan failed, retrying in {} ms: {}",
-                         config_.instance_id,
-                         config_.timer_max_sleep.count(),
-                         store::ExplainDatabaseError(e));
+            if (const auto unlogged = timer_failures_.Due()) {
+                spdlog::warn("engine {}: timer scan failed, retrying every {} ms: {}{}",
+                             config_.instance_id,
+                             config_.timer_max_sleep.count(),
+                             store::ExplainDatabaseError(e),
+                             *unlogged == 0 ? "" : fmt::format(" ({} failures since the last line)", *unlogged));
+            }
             return config_.timer_max_sleep;
         }
     }
@@ -784,7 +787,8 @@ class Engine::Impl {
     EngineConfig config_;
     Engine& owner_;
     std::string source_;
-    std::optional<PruneOptions> prune_;  // EngineConfig::history_retention, validated
+    store::FailureLogLimit timer_failures_;  // the timer scan's, while the database is away
+    std::optional<PruneOptions> prune_;      // EngineConfig::history_retention, validated
     Counters counters_;
 
     mutable std::shared_mutex definitions_mutex_;

@@ -124,7 +124,6 @@ class Consumer::Impl {
     static constexpr std::chrono::milliseconds kMaxRestartDelay{30'000};
     static constexpr std::chrono::milliseconds kFirstStallDelay{250};
     static constexpr std::chrono::milliseconds kMaxStallDelay{5000};
-    static constexpr std::chrono::seconds kStallLogEvery{30};
 
     // The database cannot take work (out of disk, restarting, read-only): the rewound batch waits
     // and is read again, however long that lasts; no record is dead-lettered for it. Logged when
@@ -133,16 +132,15 @@ class Consumer::Impl {
         const auto now = std::chrono::steady_clock::now();
         if (!stalled_since_) {
             stalled_since_ = now;
-            next_stall_log_ = now;
+            stall_log_ = store::FailureLogLimit{};  // a new stall is logged at once
             stall_delay_ = kFirstStallDelay;
         }
         ++metrics_.database_stalls;
-        if (now >= next_stall_log_) {
+        if (stall_log_.Due(now)) {
             spdlog::error("consumer {}: {} (for {} s); the batch is kept and read again",
                           options_.group_id,
                           store::ExplainDatabaseError(e),
                           std::chrono::duration_cast<std::chrono::seconds>(now - *stalled_since_).count());
-            next_stall_log_ = now + kStallLogEvery;
         }
         detail::SleepUnless(stopping_, stall_delay_);
         stall_delay_ = std::min(stall_delay_ * 2, kMaxStallDelay);
@@ -460,7 +458,7 @@ class Consumer::Impl {
     std::uint64_t dead_letter_failures_ = 0;  // failed DLQ deliveries since the last flush (consumer thread)
     std::string dead_letter_error_;
     std::optional<std::chrono::steady_clock::time_point> stalled_since_;  // set while the database stalls us
-    std::chrono::steady_clock::time_point next_stall_log_{};
+    store::FailureLogLimit stall_log_;                                    // when the stall is logged again (every 30 s)
     std::chrono::milliseconds stall_delay_{kFirstStallDelay};
     std::string fatal_;  // the consumer's fatal error, when it has raised one (consumer thread only)
     std::uint64_t unflushed_dead_letters_ = 0;  // consumer thread only

@@ -194,8 +194,11 @@ class Relay::Impl {
                 Session();
             } catch (const std::exception& e) {
                 leader_ = false;
-                spdlog::warn("relay: {}; reconnecting",
-                             store::ScrubPassword(store::ExplainDatabaseError(e), options_.db_url));
+                if (const auto unlogged = failures_.Due()) {
+                    spdlog::warn("relay: {}; reconnecting every second{}",
+                                 store::ScrubPassword(store::ExplainDatabaseError(e), options_.db_url),
+                                 *unlogged == 0 ? "" : fmt::format(" ({} failures since the last line)", *unlogged));
+                }
                 detail::SleepUnless(stopping_, std::chrono::milliseconds(1000));
             }
         }
@@ -440,6 +443,7 @@ class Relay::Impl {
     RelayMetrics& metrics_;
     std::atomic<bool>& stopping_;
     std::atomic<bool>& leader_;
+    store::FailureLogLimit failures_;  // the session's failures while the database is away
     detail::ClientPtr producer_;
     ClaimPosition position_;
     int pending_ = 0;  // touched only on the relay thread (delivery reports run inside rd_kafka_poll)

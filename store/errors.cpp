@@ -3,6 +3,7 @@
 #include <pqxx/except>
 
 #include <string_view>
+#include <utility>
 
 namespace sagaflow::store {
 namespace {
@@ -78,6 +79,18 @@ std::string ExplainDatabaseError(const std::exception& e) {
 std::string TransientCause(const std::exception& e) {
     const Cause* cause = CauseOf(e);
     return cause == nullptr ? std::string() : std::string(cause->what);
+}
+
+std::optional<std::uint64_t> FailureLogLimit::Due(std::chrono::steady_clock::time_point now) {
+    // A failure after a spell without any (longer than the interval) starts a new episode.
+    const bool quiet_before = !last_logged_ || now - last_failure_ > every_;
+    last_failure_ = now;
+    if (quiet_before || now - *last_logged_ >= every_) {
+        last_logged_ = now;
+        return std::exchange(suppressed_, 0);
+    }
+    ++suppressed_;
+    return std::nullopt;
 }
 
 }  // namespace sagaflow::store

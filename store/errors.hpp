@@ -3,7 +3,10 @@
 // operator about them. A consumer that meets one keeps its batch and waits (it never dead-letters
 // a record for it); the HTTP API answers 503 with Retry-After instead of 500.
 
+#include <chrono>
+#include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 
 namespace sagaflow::store {
@@ -27,5 +30,23 @@ std::string ServerMessage(std::string text);
 
 // The cause alone, for an HTTP client ("the database is out of disk space"); "" if not transient.
 std::string TransientCause(const std::exception& e);
+
+// How often to log a failure that a loop retries every second or so while the database is away
+// (the relay's session, the timer scan): the first failure after a quiet spell at once, then one
+// line per `every`. Not thread-safe: one per loop.
+class FailureLogLimit {
+  public:
+    explicit FailureLogLimit(std::chrono::seconds every = std::chrono::seconds(30)) : every_(every) {}
+
+    // On each failure: the number of failures not logged since the last line when this one is to be
+    // logged, else nullopt.
+    std::optional<std::uint64_t> Due(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
+
+  private:
+    std::chrono::seconds every_;
+    std::optional<std::chrono::steady_clock::time_point> last_logged_;
+    std::chrono::steady_clock::time_point last_failure_{};
+    std::uint64_t suppressed_ = 0;
+};
 
 }  // namespace sagaflow::store
