@@ -15,9 +15,19 @@
 
 namespace sagaflow::store {
 
+namespace {
+
+// A statement's name on a connection: `prefix` and a hash of its text.
+std::string StatementName(const char* prefix, const std::string& sql) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%s%016zx", prefix, std::hash<std::string>{}(sql));
+    return name;
+}
+
+}  // namespace
+
 std::string PreparedName(pqxx::connection_base& conn, const std::string& sql) {
-    char name[24];
-    std::snprintf(name, sizeof name, "sf_%016zx", std::hash<std::string>{}(sql));
+    const std::string name = StatementName("sf_", sql);
     // libpqxx keeps the definitions per connection: the same name and text again is a lookup;
     // the statement reaches the server on its first use (and again after a reconnect).
     conn.prepare(name, sql);
@@ -41,8 +51,7 @@ pqxx::result ExecForeign(pqxx::transaction_base& tx,
                          const std::vector<const char*>& params,
                          std::size_t limit) {
     auto& conn = tx.conn();
-    char name[24];
-    std::snprintf(name, sizeof name, "sfu_%016zx", std::hash<std::string>{}(sql));
+    const std::string name = StatementName("sfu_", sql);
     bool prepared = false;
     bool afresh = false;
     {

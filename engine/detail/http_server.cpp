@@ -148,6 +148,28 @@ std::string Label(std::string value) {  // Prometheus label value escaping
     return out;
 }
 
+// The answer to a request that threw; logged. Nothing of it was stored, so the client's retry with
+// the same Idempotency-Key is safe: at once after an internal error (500), after Retry-After when
+// the database is away (503: out of disk, restarting, read-only, connection lost).
+Response Failed(const std::string& method, const std::string& target, const std::exception& e) {
+    if (store::IsTransientDatabaseError(e)) {
+        spdlog::error("http: {} {}: {}", method, target, store::ExplainDatabaseError(e));
+        auto r =
+            Problem(503,
+                    "database-unavailable",
+                    "Database unavailable",
+                    store::TransientCause(e) + "; nothing was stored: retry shortly with the same Idempotency-Key");
+        r.headers.emplace_back("Retry-After", "5");
+        return r;
+    }
+    spdlog::error("http: {} {}: {}", method, target, e.what());
+    return Problem(500,
+                   "internal-error",
+                   "Internal error",
+                   "the request failed inside the server; it was not stored, so retrying with the same "
+                   "Idempotency-Key is safe");
+}
+
 }  // namespace
 
 HttpServer::HttpServer(asio::io_context& io, Engine& engine, const EngineConfig& config)
@@ -270,30 +292,7 @@ void HttpServer::Accept() {
                         try {
                             response = Handle(*request);
                         } catch (const std::exception& e) {
-                            if (store::IsTransientDatabaseError(e)) {
-                                // Not the request's fault and not stored: the client retries later
-                                // with the same Idempotency-Key.
-                                spdlog::error("http: {} {}: {}",
-                                              std::string(request->message.method_string()),
-                                              target,
-                                              store::ExplainDatabaseError(e));
-                                response = Problem(503,
-                                                   "database-unavailable",
-                                                   "Database unavailable",
-                                                   store::TransientCause(e) +
-                                                       "; nothing was stored: retry shortly with the same "
-                                                       "Idempotency-Key");
-                                response.headers.emplace_back("Retry-After", "5");
-                            } else {
-                                spdlog::error(
-                                    "http: {} {}: {}", std::string(request->message.method_string()), target, e.what());
-                                response =
-                                    Problem(500,
-                                            "internal-error",
-                                            "Internal error",
-                                            "the request failed inside the server; it was not stored, so retrying "
-                                            "with the same Idempotency-Key is safe");
-                            }
+                            response = Failed(std::string(request->message.method_string()), target, e);
                         }
                         co_await asio::post(io_, asio::use_awaitable);
                         co_await send(std::move(response), keep_alive);

@@ -262,6 +262,15 @@ std::optional<YamlFields> YamlReader::Map(const YAML::Node& node,
     return fields;
 }
 
+const YamlEntry* YamlReader::ScalarAt(const YamlFields& fields,
+                                      std::string_view key,
+                                      const std::string& here,
+                                      std::string_view expected) {
+    const auto it = fields.find(std::string(key));
+    if (it == fields.end() || !Scalar(it->second, here, expected)) return nullptr;
+    return &it->second;
+}
+
 bool YamlReader::Scalar(const YamlEntry& entry, const std::string& path, std::string_view expected) {
     if (entry.value.IsScalar()) {
         return true;
@@ -278,19 +287,15 @@ std::optional<std::string> YamlReader::String(const YamlFields& fields,
                                               const std::regex* pattern,
                                               std::string_view pattern_hint) {
     const std::string here = Join(path, key);
-    const auto it = fields.find(std::string(key));
-    if (it == fields.end()) {
-        if (required) {
-            Error(parent, path, "missing required key '" + std::string(key) + "'");
-        }
+    if (required && fields.count(std::string(key)) == 0) {
+        Error(parent, path, "missing required key '" + std::string(key) + "'");
         return std::nullopt;
     }
-    if (!Scalar(it->second, here, "a string")) {
-        return std::nullopt;
-    }
-    std::string value = it->second.value.Scalar();
+    const YamlEntry* entry = ScalarAt(fields, key, here, "a string");
+    if (entry == nullptr) return std::nullopt;
+    std::string value = entry->value.Scalar();
     if (pattern != nullptr && !std::regex_match(value, *pattern)) {
-        Error(MarkOf(it->second), here, "'" + value + "' is not a valid name: " + std::string(pattern_hint));
+        Error(MarkOf(*entry), here, "'" + value + "' is not a valid name: " + std::string(pattern_hint));
         return std::nullopt;
     }
     return value;
@@ -299,20 +304,18 @@ std::optional<std::string> YamlReader::String(const YamlFields& fields,
 std::optional<long long> YamlReader::Integer(
     const YamlFields& fields, std::string_view key, const std::string& path, long long min, long long max) {
     const std::string here = Join(path, key);
-    const auto it = fields.find(std::string(key));
-    if (it == fields.end() || !Scalar(it->second, here, "an integer")) {
-        return std::nullopt;
-    }
-    const std::string& text = it->second.value.Scalar();
+    const YamlEntry* entry = ScalarAt(fields, key, here, "an integer");
+    if (entry == nullptr) return std::nullopt;
+    const std::string& text = entry->value.Scalar();
     long long value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size()) {
-        Error(MarkOf(it->second), here, "expected an integer, found '" + text + "'");
+        Error(MarkOf(*entry), here, "expected an integer, found '" + text + "'");
         return std::nullopt;
     }
     if (value < min || value > max) {
         Error(
-            MarkOf(it->second),
+            MarkOf(*entry),
             here,
             std::to_string(value) + " is out of range: allowed " + std::to_string(min) + " to " + std::to_string(max));
         return std::nullopt;
@@ -323,21 +326,19 @@ std::optional<long long> YamlReader::Integer(
 std::optional<double> YamlReader::Number(
     const YamlFields& fields, std::string_view key, const std::string& path, double min, double max) {
     const std::string here = Join(path, key);
-    const auto it = fields.find(std::string(key));
-    if (it == fields.end() || !Scalar(it->second, here, "a number")) {
-        return std::nullopt;
-    }
-    const std::string& text = it->second.value.Scalar();
+    const YamlEntry* entry = ScalarAt(fields, key, here, "a number");
+    if (entry == nullptr) return std::nullopt;
+    const std::string& text = entry->value.Scalar();
     double value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size()) {
-        Error(MarkOf(it->second), here, "expected a number, found '" + text + "'");
+        Error(MarkOf(*entry), here, "expected a number, found '" + text + "'");
         return std::nullopt;
     }
     if (!(value >= min && value <= max)) {
         std::ostringstream range;
         range << min << " to " << max;
-        Error(MarkOf(it->second), here, "'" + text + "' is out of range: allowed " + range.str());
+        Error(MarkOf(*entry), here, "'" + text + "' is out of range: allowed " + range.str());
         return std::nullopt;
     }
     return value;
@@ -354,15 +355,13 @@ std::string FormatDuration(milliseconds value) {
 std::optional<milliseconds> YamlReader::Duration(
     const YamlFields& fields, std::string_view key, const std::string& path, milliseconds min, milliseconds max) {
     const std::string here = Join(path, key);
-    const auto it = fields.find(std::string(key));
-    if (it == fields.end() || !Scalar(it->second, here, "a duration such as 30s")) {
-        return std::nullopt;
-    }
-    const std::string& text = it->second.value.Scalar();
+    const YamlEntry* entry = ScalarAt(fields, key, here, "a duration such as 30s");
+    if (entry == nullptr) return std::nullopt;
+    const std::string& text = entry->value.Scalar();
     static const std::regex kDuration{"([0-9]{1,9})(ms|s|m|h)"};
     std::smatch match;
     if (!std::regex_match(text, match, kDuration)) {
-        Error(MarkOf(it->second),
+        Error(MarkOf(*entry),
               here,
               "invalid duration '" + text + "': write a whole number with a unit ms, s, m or h (e.g. 30s, 500ms)");
         return std::nullopt;
@@ -372,7 +371,7 @@ std::optional<milliseconds> YamlReader::Duration(
     const long long factor = unit == "ms" ? 1 : unit == "s" ? 1000 : unit == "m" ? 60'000 : 3'600'000;
     const milliseconds value{amount * factor};
     if (value < min || value > max) {
-        Error(MarkOf(it->second),
+        Error(MarkOf(*entry),
               here,
               "duration " + text + " is out of range: allowed " + FormatDuration(min) + " to " + FormatDuration(max));
         return std::nullopt;
@@ -382,13 +381,11 @@ std::optional<milliseconds> YamlReader::Duration(
 
 std::optional<bool> YamlReader::Bool(const YamlFields& fields, std::string_view key, const std::string& path) {
     const std::string here = Join(path, key);
-    const auto it = fields.find(std::string(key));
-    if (it == fields.end() || !Scalar(it->second, here, "true or false")) {
-        return std::nullopt;
-    }
-    const std::string& text = it->second.value.Scalar();
+    const YamlEntry* entry = ScalarAt(fields, key, here, "true or false");
+    if (entry == nullptr) return std::nullopt;
+    const std::string& text = entry->value.Scalar();
     if (text == "true" || text == "false") return text == "true";
-    Error(MarkOf(it->second), here, "expected true or false, found '" + text + "'");
+    Error(MarkOf(*entry), here, "expected true or false, found '" + text + "'");
     return std::nullopt;
 }
 

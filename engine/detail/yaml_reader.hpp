@@ -97,6 +97,12 @@ class YamlReader {
                                   const std::string& path,
                                   const std::vector<std::string_view>& allowed);
     bool Scalar(const YamlEntry& entry, const std::string& path, std::string_view expected);
+    // The entry under `key` when it is a scalar; null when absent, or (with an error saying
+    // `expected`) when it is not a scalar. `here` is the key's path.
+    const YamlEntry* ScalarAt(const YamlFields& fields,
+                              std::string_view key,
+                              const std::string& here,
+                              std::string_view expected);
     std::optional<std::string> String(const YamlFields& fields,
                                       std::string_view key,
                                       const std::string& path,

@@ -9,9 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <pqxx/pqxx>
-#include <sstream>
 #include <thread>
 
 #include "tests/support/example_rig.hpp"
@@ -78,13 +76,6 @@ long long FillVolume(const std::string& url) {
     return rows;
 }
 
-std::string ReadFile(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-}
-
 }  // namespace
 
 TEST_CASE("a full disk under PostgreSQL stalls the sagas; freed, every one completes and nothing is dead-lettered") {
@@ -104,18 +95,15 @@ TEST_CASE("a full disk under PostgreSQL stalls the sagas; freed, every one compl
     auto order = rig.SpawnOrderService();
     auto payment = rig.SpawnPaymentService();
     const std::string engine_log = rig.LogDir() + "/engine-1.log";
-    int port = 0;
-    REQUIRE_MESSAGE(WaitFor(
-                        [&] {
-                            const std::string log = ReadFile(engine_log);
-                            const auto at = log.find("HTTP API on port ");
-                            if (at == std::string::npos) return false;
-                            port = std::stoi(log.substr(at + 17));
-                            return ReadFile(rig.LogDir() + "/order.log").find(": running") != std::string::npos &&
-                                   ReadFile(rig.LogDir() + "/payment.log").find(": running") != std::string::npos;
-                        },
-                        std::chrono::seconds(60)),
-                    ReadFile(engine_log));
+    const int port = testing::WaitForHttpPort(engine_log, std::chrono::seconds(60));
+    REQUIRE_MESSAGE(port != 0, testing::ReadFile(engine_log));
+    // The services have created their tables once they say they run.
+    REQUIRE(WaitFor(
+        [&] {
+            return testing::ReadFile(rig.LogDir() + "/order.log").find(": running") != std::string::npos &&
+                   testing::ReadFile(rig.LogDir() + "/payment.log").find(": running") != std::string::npos;
+        },
+        std::chrono::seconds(60)));
 
     // The services' tables (inbox, step records, outbox, orders, payments) and the HTTP API's
     // idempotency records move, still empty, to the small volume: their first row needs a page
@@ -166,8 +154,8 @@ TEST_CASE("a full disk under PostgreSQL stalls the sagas; freed, every one compl
     CHECK(engine->Running());
     CHECK(order->Running());
     CHECK(payment->Running());
-    const std::string logs =
-        ReadFile(engine_log) + ReadFile(rig.LogDir() + "/order.log") + ReadFile(rig.LogDir() + "/payment.log");
+    const std::string logs = testing::ReadFile(engine_log) + testing::ReadFile(rig.LogDir() + "/order.log") +
+                             testing::ReadFile(rig.LogDir() + "/payment.log");
     CHECK(logs.find("the database is out of disk space (SQLSTATE 53100") != std::string::npos);
     CHECK(logs.find("the batch is kept and read again") != std::string::npos);
 
@@ -177,7 +165,7 @@ TEST_CASE("a full disk under PostgreSQL stalls the sagas; freed, every one compl
     if (retried.status == 201) started.push_back(refused_key);
     REQUIRE_MESSAGE(rig.WaitQuiet(std::chrono::seconds(180)),
                     "open sagas: " << rig.Open() << "\nengine log:\n"
-                                   << ReadFile(engine_log));
+                                   << testing::ReadFile(engine_log));
 
     CHECK(testing::Count(pg.Url(), "SELECT count(*) FROM saga_instance WHERE status = 'completed'") ==
           static_cast<long long>(started.size()));

@@ -9,8 +9,6 @@
 #include <cstdio>
 #include <fstream>
 #include <pqxx/pqxx>
-#include <regex>
-#include <sstream>
 
 #include "engine/audit.hpp"
 #include "engine/detail/child_process.hpp"
@@ -45,13 +43,11 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
         const int raw = demo.Wait();
         status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
     }
-    std::ifstream in(log);
-    std::stringstream output;
-    output << in.rdbuf();
+    const std::string output = testing::ReadFile(log);
     std::remove(log.c_str());
-    INFO(output.str());
+    INFO(output);
     CHECK(status == 0);
-    CHECK(output.str().find("money invariant holds") != std::string::npos);
+    CHECK(output.find("money invariant holds") != std::string::npos);
 
     pqxx::connection conn{db.Url()};
     pqxx::read_transaction tx{conn};
@@ -220,23 +216,9 @@ TEST_CASE("the engine and both example services run from configuration files alo
         bin + "/sagaflow-order-service", {"--config", dir + "/order.yaml"}, dir + "/order.log", env};
     detail::ChildProcess payment{
         bin + "/sagaflow-payment-service", {"--config", dir + "/payment.yaml"}, dir + "/payment.log", env};
-    const auto read = [](const std::string& path) {
-        std::ifstream in(path);
-        std::stringstream text;
-        text << in.rdbuf();
-        return text.str();
-    };
-    int port = 0;
-    REQUIRE_MESSAGE(testing::WaitFor(
-                        [&] {
-                            std::smatch match;
-                            const std::string log = read(dir + "/engine.log");
-                            if (!std::regex_search(log, match, std::regex("HTTP API on port ([0-9]+)"))) return false;
-                            port = std::stoi(match[1].str());
-                            return true;
-                        },
-                        std::chrono::seconds(60)),
-                    read(dir + "/engine.log"));
+    const auto read = [](const std::string& path) { return testing::ReadFile(path); };
+    const int port = testing::WaitForHttpPort(dir + "/engine.log", std::chrono::seconds(60));
+    REQUIRE_MESSAGE(port != 0, read(dir + "/engine.log"));
 
     const std::string body = testing::ExampleRig::Input("cfg-order-1", "120.00").dump();
     CHECK(testing::HttpRequest(port,

@@ -3,7 +3,6 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
-#include <sstream>
 
 namespace sagaflow::testing {
 
@@ -20,10 +19,9 @@ ExampleRig::ExampleRig(std::string brokers, std::string db_url, bool create_topi
     payment_ = "payment-" + suffix_;
     replies_ = "replies-" + suffix_;
     group_ = "engine-" + suffix_;
-    std::ifstream in(RequiredEnv("SAGAFLOW_SOURCE_DIR") + "/sagas/order-payment.yaml");
-    std::stringstream text;
-    text << in.rdbuf();
-    yaml_ = std::regex_replace(text.str(), std::regex("participant: order"), "participant: " + order_);
+    yaml_ = std::regex_replace(ReadFile(RequiredEnv("SAGAFLOW_SOURCE_DIR") + "/sagas/order-payment.yaml"),
+                               std::regex("participant: order"),
+                               "participant: " + order_);
     yaml_ = std::regex_replace(yaml_, std::regex("participant: payment"), "participant: " + payment_);
     logs_ = std::filesystem::temp_directory_path() / ("sagaflow-rig-" + suffix_);
     std::filesystem::create_directories(logs_);

@@ -121,12 +121,32 @@ std::string SagaflowCli() {
     return RequiredEnv("SAGAFLOW_CLI");
 }
 
+std::string ReadFile(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+}
+
+int WaitForHttpPort(const std::string& log_path, std::chrono::seconds timeout) {
+    static constexpr std::string_view kLine = "HTTP API on port ";
+    int port = 0;
+    WaitFor(
+        [&] {
+            const std::string log = ReadFile(log_path);
+            const auto at = log.find(kLine);
+            if (at != std::string::npos) port = std::stoi(log.substr(at + kLine.size()));
+            return port != 0;
+        },
+        timeout);
+    return port;
+}
+
 CliRun RunCli(const std::string& args) {
     const std::string base = "/tmp/" + UniqueName("sagaflow-cli");
     const int status = std::system((SagaflowCli() + " " + args + " >" + base + ".out 2>" + base + ".err").c_str());
     const auto slurp = [](const std::string& path) {
-        std::ifstream in(path);
-        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        std::string text = ReadFile(path);
         std::remove(path.c_str());
         return text;
     };

@@ -59,6 +59,13 @@ std::string RequiredEnv(const char* name);
 // The sagaflow CLI the tests run (SAGAFLOW_CLI, set by ctest); throws naming the fix when missing.
 std::string SagaflowCli();
 
+// The whole file ("" if it cannot be read).
+std::string ReadFile(const std::string& path);
+
+// The port a `sagaflow run --http ADDRESS:0` reports in its log ("HTTP API on port N"), once it
+// has; 0 if it has not within `timeout`.
+int WaitForHttpPort(const std::string& log_path, std::chrono::seconds timeout);
+
 // Runs `sagaflow <args>` (args as a shell would split them); its exit code and what it wrote to
 // stdout and stderr.
 struct CliRun {
