@@ -290,74 +290,82 @@ class Engine::Impl {
 
     // --- starting and reading sagas ----------------------------------------------------------------
 
-    StartResult StartSaga(const std::string& type,
-                          nlohmann::json input,
-                          const std::string& key,
-                          const detail::StartHook* hook = nullptr) {
+    StartResult StartSaga(const std::string& type, nlohmann::json input, const std::string& key) {
+        RequireStarted();
+        detail::PendingStart pending;
+        const StartResult result = parts_.pool->RunBlocking([&](pqxx::connection& conn) {
+            pqxx::work tx{conn};
+            StartResult r = StartIn(tx, type, input, key, pending);
+            if (r.status == StartResult::Status::kStarted) tx.commit();
+            return r;
+        });
+        Committed(result, pending);
+        return result;
+    }
+
+    // A start's database work inside the caller's transaction: the saga row (or the one its key
+    // started before), its first steps and their commands. The caller commits, then calls
+    // Committed. Refusals (unknown type, input errors) come back before any database work.
+    StartResult StartIn(pqxx::work& tx,
+                        const std::string& type,
+                        nlohmann::json input,
+                        const std::string& key,
+                        detail::PendingStart& pending) {
         RequireStarted();
         std::shared_ptr<const SagaDefinition> definition;
         if (auto refusal = Refusal(type, input, definition)) return std::move(*refusal);
-        StartResult result;
-        std::optional<std::chrono::milliseconds> next_timer;
-        result = parts_.pool->RunBlocking([&](pqxx::connection& conn) {
-            pqxx::work tx{conn};
-            StartResult r;
-            const std::string saga_id = outbox::NewUuidV7();
-            const auto inserted = store::Exec(
-                tx,
-                "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, input, "
-                "idempotency_key) VALUES ($1::uuid, $2, $3, $4, 'running', $5::jsonb, $6) "
-                "ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING 1",
-                saga_id,
-                type,
-                definition->version,
-                definition->hash,
-                input.dump(),
-                key.empty() ? nullptr : key.c_str());
-            if (inserted.empty()) {
-                // The key was used: jsonb equality ignores key order and whitespace, so the same input
-                // written differently is still the same command.
-                const auto existing =
-                    store::Exec(tx,
-                                "SELECT saga_id::text, input = $3::jsonb FROM saga_instance WHERE saga_type = $1 AND "
-                                "idempotency_key = $2",
-                                type,
-                                key,
-                                input.dump());
-                r.saga_id = existing.at(0)[0].as<std::string>();
-                if (existing[0][1].as<bool>()) {
-                    r.status = StartResult::Status::kReplayed;
-                } else {
-                    r.status = StartResult::Status::kConflict;
-                    r.message = "idempotency key '" + key + "' already started saga " + r.saga_id +
-                                " with other input. Hint: use a new key for a new request";
-                }
-                if (hook != nullptr) {
-                    (*hook)(tx, r);
-                    tx.commit();
-                }
-                return r;
+        StartResult r;
+        const std::string saga_id = outbox::NewUuidV7();
+        const auto inserted = store::Exec(
+            tx,
+            "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, input, "
+            "idempotency_key) VALUES ($1::uuid, $2, $3, $4, 'running', $5::jsonb, $6) "
+            "ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING 1",
+            saga_id,
+            type,
+            definition->version,
+            definition->hash,
+            input.dump(),
+            key.empty() ? nullptr : key.c_str());
+        if (inserted.empty()) {
+            // The key was used: jsonb equality ignores key order and whitespace, so the same input
+            // written differently is still the same command.
+            const auto existing =
+                store::Exec(tx,
+                            "SELECT saga_id::text, input = $3::jsonb FROM saga_instance WHERE saga_type = $1 AND "
+                            "idempotency_key = $2",
+                            type,
+                            key,
+                            input.dump());
+            r.saga_id = existing.at(0)[0].as<std::string>();
+            if (existing[0][1].as<bool>()) {
+                r.status = StartResult::Status::kReplayed;
+            } else {
+                r.status = StartResult::Status::kConflict;
+                r.message = "idempotency key '" + key + "' already started saga " + r.saga_id +
+                            " with other input. Hint: use a new key for a new request";
             }
-            LoadedSaga saga;
-            saga.saga_id = saga_id;
-            saga.saga_type = type;
-            saga.definition_hash = definition->hash;
-            saga.input = input;
-            const auto decision = machine::Decide(*definition, saga.state, machine::Begin{});
-            const auto effects = PersistLocked(
-                tx, *definition, saga, decision, {{"started", {}, {}, 0, {}, {{"version", definition->version}}}});
-            next_timer = effects.next_timer;
-            r.status = StartResult::Status::kStarted;
-            r.saga_id = saga_id;
-            if (hook != nullptr) (*hook)(tx, r);
-            tx.commit();
             return r;
-        });
-        if (result.status == StartResult::Status::kStarted) {
-            ++counters_.sagas_started;
-            Poke(next_timer);
         }
-        return result;
+        LoadedSaga saga;
+        saga.saga_id = saga_id;
+        saga.saga_type = type;
+        saga.definition_hash = definition->hash;
+        saga.input = input;
+        const auto decision = machine::Decide(*definition, saga.state, machine::Begin{});
+        const auto effects = PersistLocked(
+            tx, *definition, saga, decision, {{"started", {}, {}, 0, {}, {{"version", definition->version}}}});
+        pending.next_timer = effects.next_timer;
+        r.status = StartResult::Status::kStarted;
+        r.saga_id = saga_id;
+        return r;
+    }
+
+    // After the commit of a StartIn: counted, and the timer scan told of the first deadline.
+    void Committed(const StartResult& result, const detail::PendingStart& pending) {
+        if (result.status != StartResult::Status::kStarted) return;
+        ++counters_.sagas_started;
+        Poke(pending.next_timer);
     }
 
     std::optional<SagaView> GetSaga(const std::string& saga_id) {
@@ -872,12 +880,17 @@ int Engine::HttpPort() const noexcept {
 
 namespace detail {
 
-StartResult EngineInternals::StartSaga(Engine& engine,
-                                       const std::string& saga_type,
-                                       nlohmann::json input,
-                                       const std::string& idempotency_key,
-                                       const StartHook& hook) {
-    return engine.impl_->StartSaga(saga_type, std::move(input), idempotency_key, &hook);
+StartResult EngineInternals::StartIn(Engine& engine,
+                                     pqxx::work& tx,
+                                     const std::string& saga_type,
+                                     nlohmann::json input,
+                                     const std::string& idempotency_key,
+                                     PendingStart& pending) {
+    return engine.impl_->StartIn(tx, saga_type, std::move(input), idempotency_key, pending);
+}
+
+void EngineInternals::Committed(Engine& engine, const StartResult& result, const PendingStart& pending) {
+    engine.impl_->Committed(result, pending);
 }
 
 store::ConnectionPool& EngineInternals::Pool(Engine& engine) {

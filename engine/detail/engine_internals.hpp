@@ -1,9 +1,9 @@
 #pragma once
 // What the HTTP API needs of the engine beyond the public API (internal: uses libpqxx types).
 
-#include <functional>
+#include <chrono>
 #include <optional>
-#include <pqxx/transaction_base>
+#include <pqxx/transaction>
 #include <string>
 
 #include "engine/engine.hpp"
@@ -14,16 +14,23 @@ class ConnectionPool;
 
 namespace sagaflow::detail {
 
-// Runs inside StartSaga's transaction with its outcome, before the commit, so the caller's writes
-// (the HTTP idempotency record) commit together with the saga they describe.
-using StartHook = std::function<void(pqxx::transaction_base& tx, const StartResult& result)>;
+// What a start leaves to do once its transaction has committed.
+struct PendingStart {
+    std::optional<std::chrono::milliseconds> next_timer;  // the first step's deadline, for the timer scan
+};
 
 struct EngineInternals {
-    static StartResult StartSaga(Engine& engine,
-                                 const std::string& saga_type,
-                                 nlohmann::json input,
-                                 const std::string& idempotency_key,
-                                 const StartHook& hook);
+    // StartSaga's work inside the caller's transaction, so the caller's writes (the HTTP
+    // idempotency record) commit together with the saga they describe, in one commit. A refusal
+    // (unknown type, input errors) returns before any database work. After committing, the caller
+    // calls Committed.
+    static StartResult StartIn(Engine& engine,
+                               pqxx::work& tx,
+                               const std::string& saga_type,
+                               nlohmann::json input,
+                               const std::string& idempotency_key,
+                               PendingStart& pending);
+    static void Committed(Engine& engine, const StartResult& result, const PendingStart& pending);
     static store::ConnectionPool& Pool(Engine& engine);
     // A saga type's definition is registered (for 404 before any database work).
     static bool KnowsType(Engine& engine, const std::string& saga_type);

@@ -20,6 +20,7 @@
 #include "store/errors.hpp"
 #include "store/inbox.hpp"
 #include "store/pool.hpp"
+#include "store/prepared.hpp"
 #include "store/sweeper.hpp"
 
 namespace sagaflow::detail {
@@ -286,15 +287,21 @@ void HttpServer::Accept() {
                             }
                         }
                         const bool keep_alive = request->message.keep_alive();
-                        // The request's database work runs on a worker thread; the answer comes back here.
-                        co_await asio::post(*workers_, asio::use_awaitable);
-                        Response response;
-                        try {
-                            response = Handle(*request);
-                        } catch (const std::exception& e) {
-                            response = Failed(std::string(request->message.method_string()), target, e);
-                        }
-                        co_await asio::post(io_, asio::use_awaitable);
+                        // The request's database work runs on a worker thread, and this coroutine
+                        // resumes here, on the io thread, with the answer. (A `co_await
+                        // asio::post(*workers_, use_awaitable)` does not move a coroutine: its
+                        // handler resumes on the coroutine's own executor, so every request ran on
+                        // the io thread, one at a time, and one waiting on a lock held up the rest.)
+                        Response response = co_await asio::co_spawn(
+                            *workers_,
+                            [&]() -> asio::awaitable<Response> {
+                                try {
+                                    co_return Handle(*request);
+                                } catch (const std::exception& e) {
+                                    co_return Failed(std::string(request->message.method_string()), target, e);
+                                }
+                            },
+                            asio::use_awaitable);
                         co_await send(std::move(response), keep_alive);
                         if (ec || !keep_alive) break;
                     }
@@ -414,6 +421,56 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
     return Problem(404, "not-found", "Not found", "no resource at " + request.path);
 }
 
+namespace {
+
+// The class of the transaction-scoped advisory locks on idempotency keys (the two-int form, apart
+// from the one-bigint lock of the migrations and from applications' own bigint locks): "idem".
+constexpr int kIdempotencyLockClass = 0x6964656d;
+
+// The answer for a key this request could not claim: the stored response, 409 for another body or
+// a request still in progress — or nullopt when the record is a dead server's claim that this
+// request (holding the key's lock) has taken over.
+std::optional<Response> AnswerFromRecord(
+    pqxx::work& tx, const std::string& scope, const std::string& key, const std::string& hash, bool lock_held) {
+    const auto in_progress = [] {
+        auto r = Problem(409,
+                         "request-in-progress",
+                         "Request in progress",
+                         "the first request with this key is still being processed; retry shortly");
+        r.headers.emplace_back("Retry-After", "1");
+        return r;
+    };
+    const auto row = store::Exec(tx,
+                                 "SELECT command_hash, state, coalesce(http_status, 0), coalesce(response::text, ''), "
+                                 "created_at < now() - interval '30 seconds' FROM idempotency_record WHERE scope = $1 "
+                                 "AND idempotency_key = $2",
+                                 scope,
+                                 key);
+    if (row.empty()) return in_progress();  // its first request has not committed yet
+    if (row[0][0].as<std::string>() != hash) {
+        return Problem(409,
+                       "idempotency-key-reused",
+                       "Idempotency-Key reused",
+                       "this key was used with another body; use a new key for a new request");
+    }
+    if (row[0][1].as<std::string>() == "completed") {
+        // jsonb re-spaces the stored body: serialise it again the way it was first sent.
+        Response r{row[0][2].as<unsigned>(),
+                   "application/json",
+                   nlohmann::json::parse(row[0][3].as<std::string>()).dump(),
+                   {}};
+        if (r.status >= 400) r.content_type = "application/problem+json";
+        r.headers.emplace_back("Idempotent-Replayed", "true");
+        return r;
+    }
+    if (!lock_held || !row[0][4].as<bool>()) return in_progress();
+    store::Exec(
+        tx, "UPDATE idempotency_record SET created_at = now() WHERE scope = $1 AND idempotency_key = $2", scope, key);
+    return std::nullopt;
+}
+
+}  // namespace
+
 // POST /v1/sagas/{type}: the Idempotency-Key protocol (rule R-DIST-IDEM-3).
 HttpServer::Response HttpServer::StartSaga(const Request& request, const std::string& type, const std::string& client) {
     const auto& m = request.message;
@@ -457,111 +514,60 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
     const auto ttl_hours = std::to_string(config_.http.idempotency_ttl.count());
     auto& pool = EngineInternals::Pool(engine_);
 
-    // 1. Claim the key, or answer from its record.
-    std::optional<Response> answered = pool.RunBlocking([&](pqxx::connection& conn) -> std::optional<Response> {
+    // One transaction: claim the key, start the saga, store the answer, commit once. Requests with
+    // the same key meet at a transaction-scoped advisory lock on (scope, key), tried without
+    // waiting: the one holding it is "in progress" for the others (409, nothing waits behind a
+    // start), and its claim, saga and answer become visible together — or, if anything fails, not
+    // at all (nothing to release: the client's retry starts afresh). An `in_progress` record that
+    // was committed (by an engine before this one, which claimed in a transaction of its own) and
+    // is older than 30 s belongs to a server that died: it is taken over.
+    PendingStart pending;
+    StartResult started;
+    std::optional<StartResult> refused;
+    Response response = pool.RunBlocking([&](pqxx::connection& conn) -> Response {
         pqxx::work tx{conn};
-        const auto claimed = tx.exec_params(
-            "INSERT INTO idempotency_record (scope, idempotency_key, command_hash, state, expires_at) VALUES ($1, $2, "
-            "$3, 'in_progress', now() + $4 * interval '1 hour') ON CONFLICT DO NOTHING RETURNING 1",
+        const auto claim = store::Exec(
+            tx,
+            "WITH lock AS (SELECT pg_try_advisory_xact_lock(" + std::to_string(kIdempotencyLockClass) +
+                ", hashtext($1 || chr(31) || $2)) AS held), claim AS (INSERT INTO idempotency_record (scope, "
+                "idempotency_key, command_hash, state, expires_at) SELECT $1, $2, $3, 'in_progress', now() + $4 * "
+                "interval '1 hour' FROM lock WHERE held ON CONFLICT DO NOTHING RETURNING 1) SELECT held, EXISTS "
+                "(SELECT 1 FROM claim) FROM lock",
             scope,
             key,
             hash,
             ttl_hours);
-        if (!claimed.empty()) {
-            tx.commit();
-            return std::nullopt;
+        const bool held = claim[0][0].as<bool>();
+        if (!claim[0][1].as<bool>()) {
+            if (auto answer = AnswerFromRecord(tx, scope, key, hash, held)) return std::move(*answer);
         }
-        const auto row = tx.exec_params(
-            "SELECT command_hash, state, coalesce(http_status, 0), coalesce(response::text, ''), created_at < now() - "
-            "interval '30 seconds' FROM idempotency_record WHERE scope = $1 AND idempotency_key = $2 FOR UPDATE",
-            scope,
-            key);
-        if (row.empty()) return Problem(409, "request-in-progress", "Request in progress", "retry shortly");
-        if (row[0][0].as<std::string>() != hash) {
-            return Problem(409,
-                           "idempotency-key-reused",
-                           "Idempotency-Key reused",
-                           "this key was used with another body; use a new key for a new request");
+        StartResult result = EngineInternals::StartIn(engine_, tx, type, input, saga_key, pending);
+        if (result.status == StartResult::Status::kInvalidInput || result.status == StartResult::Status::kUnknownType) {
+            // A definition registered since the check above refused it: nothing is committed.
+            refused = std::move(result);
+            return {};
         }
-        if (row[0][1].as<std::string>() == "completed") {
-            // jsonb re-spaces the stored body: serialise it again the way it was first sent.
-            Response r{row[0][2].as<unsigned>(),
-                       "application/json",
-                       nlohmann::json::parse(row[0][3].as<std::string>()).dump(),
-                       {}};
-            if (r.status >= 400) r.content_type = "application/problem+json";
-            r.headers.emplace_back("Idempotent-Replayed", "true");
-            return r;
-        }
-        if (!row[0][4].as<bool>()) {
-            auto r = Problem(409,
-                             "request-in-progress",
-                             "Request in progress",
-                             "the first request with this key is still being processed; retry shortly");
-            r.headers.emplace_back("Retry-After", "1");
-            return r;
-        }
-        // An in-progress claim older than 30 s belongs to a server that died: take it over.
-        tx.exec_params(
-            "UPDATE idempotency_record SET created_at = now() WHERE scope = $1 AND idempotency_key = $2", scope, key);
-        tx.commit();
-        return std::nullopt;
-    });
-    if (answered) return *answered;
-
-    // 2. Start the saga and store the answer in the same transaction.
-    Response response;
-    const StartHook store_answer = [&](pqxx::transaction_base& tx, const StartResult& result) {
-        switch (result.status) {
-            case StartResult::Status::kStarted:
-            case StartResult::Status::kReplayed: {
-                response = Json(result.status == StartResult::Status::kStarted ? 201 : 200,
+        Response r = result.status == StartResult::Status::kConflict
+                         ? Problem(409, "idempotency-key-reused", "Idempotency-Key reused", result.message)
+                         : Json(result.status == StartResult::Status::kStarted ? 201 : 200,
                                 {{"sagaId", result.saga_id},
                                  {"status", "running"},
                                  {"links", {{"self", "/v1/sagas/" + result.saga_id}}}});
-                break;
-            }
-            default:
-                response = Problem(409, "idempotency-key-reused", "Idempotency-Key reused", result.message);
-        }
-        tx.exec_params(
-            "UPDATE idempotency_record SET state = 'completed', http_status = $3, response = $4::jsonb, saga_id = "
-            "$5::uuid WHERE scope = $1 AND idempotency_key = $2",
-            scope,
-            key,
-            response.status,
-            response.body,
-            result.saga_id);
-    };
-    StartResult result;
-    try {
-        result = EngineInternals::StartSaga(engine_, type, input, saga_key, store_answer);
-    } catch (...) {
-        // Not stored: release the claim so the client's retry can succeed.
-        try {
-            pool.RunBlocking([&](pqxx::connection& conn) {
-                pqxx::work tx{conn};
-                tx.exec_params(
-                    "DELETE FROM idempotency_record WHERE scope = $1 AND idempotency_key = $2 AND state = "
-                    "'in_progress'",
+        store::Exec(tx,
+                    "UPDATE idempotency_record SET state = 'completed', http_status = $3, response = $4::jsonb, "
+                    "saga_id = $5::uuid WHERE scope = $1 AND idempotency_key = $2",
                     scope,
-                    key);
-                tx.commit();
-            });
-        } catch (...) {  // NOLINT(bugprone-empty-catch): the claim then expires after 30 s
-        }
-        throw;
-    }
-    if (result.status == StartResult::Status::kInvalidInput || result.status == StartResult::Status::kUnknownType) {
-        // A definition registered since the check above refused it: release the claim.
-        pool.RunBlocking([&](pqxx::connection& conn) {
-            pqxx::work tx{conn};
-            tx.exec_params("DELETE FROM idempotency_record WHERE scope = $1 AND idempotency_key = $2", scope, key);
-            tx.commit();
-        });
-        return Refused(result);
-    }
-    if (response.status == 201) response.headers.emplace_back("Location", "/v1/sagas/" + result.saga_id);
+                    key,
+                    r.status,
+                    r.body,
+                    result.saga_id);
+        tx.commit();
+        started = std::move(result);
+        return r;
+    });
+    if (refused) return Refused(*refused);
+    EngineInternals::Committed(engine_, started, pending);
+    if (response.status == 201) response.headers.emplace_back("Location", "/v1/sagas/" + started.saga_id);
     return response;
 }
 

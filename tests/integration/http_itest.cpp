@@ -140,6 +140,51 @@ TEST_CASE("a key whose first request is in progress gets 409 request-in-progress
     CHECK(Post(port, "dead", body).status == 201);
 }
 
+TEST_CASE(
+    "while a start is in flight its key gets 409 at once, other requests are served; afterwards the stored answer") {
+    Rig rig;
+    auto engine = HttpEngine(rig);
+    const int port = engine->HttpPort();
+    std::future<HttpResult> first, second, other_key;
+    // Hold the saga's definition row: a start then waits inside its transaction at the saga row's
+    // foreign key, after it has claimed its key. (Declared after the futures: if a check below
+    // fails, the hold ends before they are waited for.)
+    pqxx::connection holder{rig.db.Url()};
+    pqxx::work hold{holder};
+    hold.exec("SELECT 1 FROM saga_definition FOR UPDATE");
+    first = std::async(std::launch::async, [port] { return Post(port, "flight", R"({"item":"f"})"); });
+    REQUIRE(WaitFor(
+        [&] {
+            return Count(rig.db.Url(),
+                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+                         "'INSERT INTO saga_instance%'") == 1;
+        },
+        std::chrono::seconds(10)));
+    // The server goes on answering while that request waits in the database.
+    second = std::async(std::launch::async, [port] { return Post(port, "flight", R"({"item":"f"})"); });
+    REQUIRE(second.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    const auto busy = second.get();
+    CHECK(busy.status == 409);
+    CHECK(ProblemType(busy) == "request-in-progress");
+    CHECK(busy.Header("retry-after") == "1");
+    CHECK(HttpRequest(port, "GET", "/healthz", {}, "").status == 200);
+    // Nothing of the start is visible yet: the claim commits with the saga.
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM idempotency_record") == 0);
+    other_key = std::async(std::launch::async, [port] { return Post(port, "flight-2", R"({"item":"g"})"); });
+    hold.abort();
+    REQUIRE(first.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    const auto answered = first.get();
+    CHECK(answered.status == 201);
+    CHECK(other_key.get().status == 201);
+    const auto replayed = Post(port, "flight", R"({"item":"f"})");
+    CHECK(replayed.status == 201);
+    CHECK(replayed.Header("idempotent-replayed") == "true");
+    CHECK(replayed.Json()["sagaId"] == answered.Json()["sagaId"]);
+    CHECK(ProblemType(Post(port, "flight", R"({"item":"other"})")) == "idempotency-key-reused");
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_instance") == 2);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM idempotency_record WHERE state = 'completed'") == 2);
+}
+
 TEST_CASE("50 concurrent requests with one key: exactly one saga; the others replay it or are told to wait") {
     Rig rig;
     auto engine = HttpEngine(rig);
