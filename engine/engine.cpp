@@ -292,10 +292,13 @@ class Engine::Impl {
 
     StartResult StartSaga(const std::string& type, nlohmann::json input, const std::string& key) {
         RequireStarted();
+        std::shared_ptr<const SagaDefinition> definition;
+        // Refused without a connection: bad input gets its answer while the database is away too.
+        if (auto refusal = Refusal(type, input, definition)) return std::move(*refusal);
         detail::PendingStart pending;
         const StartResult result = parts_.pool->RunBlocking([&](pqxx::connection& conn) {
             pqxx::work tx{conn};
-            StartResult r = StartIn(tx, type, input, key, pending);
+            StartResult r = StartWith(tx, *definition, type, input, key, pending);
             if (r.status == StartResult::Status::kStarted) tx.commit();
             return r;
         });
@@ -303,9 +306,8 @@ class Engine::Impl {
         return result;
     }
 
-    // A start's database work inside the caller's transaction: the saga row (or the one its key
-    // started before), its first steps and their commands. The caller commits, then calls
-    // Committed. Refusals (unknown type, input errors) come back before any database work.
+    // A start inside the caller's transaction (the HTTP API's): refusals (unknown type, input
+    // errors) come back before any database work; the caller commits, then calls Committed.
     StartResult StartIn(pqxx::work& tx,
                         const std::string& type,
                         nlohmann::json input,
@@ -314,6 +316,17 @@ class Engine::Impl {
         RequireStarted();
         std::shared_ptr<const SagaDefinition> definition;
         if (auto refusal = Refusal(type, input, definition)) return std::move(*refusal);
+        return StartWith(tx, *definition, type, input, key, pending);
+    }
+
+    // A start's database work: the saga row (or the one its key started before), its first steps
+    // and their commands.
+    StartResult StartWith(pqxx::work& tx,
+                          const SagaDefinition& definition,
+                          const std::string& type,
+                          const nlohmann::json& input,
+                          const std::string& key,
+                          detail::PendingStart& pending) {
         StartResult r;
         const std::string saga_id = outbox::NewUuidV7();
         const auto inserted = store::Exec(
@@ -323,8 +336,8 @@ class Engine::Impl {
             "ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING 1",
             saga_id,
             type,
-            definition->version,
-            definition->hash,
+            definition.version,
+            definition.hash,
             input.dump(),
             key.empty() ? nullptr : key.c_str());
         if (inserted.empty()) {
@@ -350,11 +363,11 @@ class Engine::Impl {
         LoadedSaga saga;
         saga.saga_id = saga_id;
         saga.saga_type = type;
-        saga.definition_hash = definition->hash;
+        saga.definition_hash = definition.hash;
         saga.input = input;
-        const auto decision = machine::Decide(*definition, saga.state, machine::Begin{});
+        const auto decision = machine::Decide(definition, saga.state, machine::Begin{});
         const auto effects = PersistLocked(
-            tx, *definition, saga, decision, {{"started", {}, {}, 0, {}, {{"version", definition->version}}}});
+            tx, definition, saga, decision, {{"started", {}, {}, 0, {}, {{"version", definition.version}}}});
         pending.next_timer = effects.next_timer;
         r.status = StartResult::Status::kStarted;
         r.saga_id = saga_id;
