@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <optional>
@@ -108,6 +109,9 @@ bool ValidSchemaName(const std::string& schema) {
 
 }  // namespace
 
+// See Participant::Impl::Start.
+constexpr int kMaxCommandsPerTransaction = 64;
+
 class Participant::Impl {
   public:
     explicit Impl(ParticipantConfig config) : config_(std::move(config)) {
@@ -179,6 +183,12 @@ class Participant::Impl {
         options.inbox_name = config_.consumer_group;
         options.properties = config_.kafka_properties;
         for (const auto& [key, value] : config_.consumer_properties) options.properties[key] = value;
+        // Each handler runs in a savepoint of its own: a transaction whose subtransactions that
+        // wrote number more than 64 (PostgreSQL's PGPROC_MAX_CACHED_SUBXIDS) overflows the
+        // backend's cache of them, and while it runs every other session's snapshot has to look
+        // transaction ids up in pg_subtrans — the known slowdown, here reached whenever a
+        // participant drained a backlog in the consumer's batches of 200.
+        options.batch_size = std::min(options.batch_size, kMaxCommandsPerTransaction);
         options.on_duplicate = [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnCommand(tx, in); };
         parts_.StartConsumer(options, [this](pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events) {
             OnCommands(tx, events);

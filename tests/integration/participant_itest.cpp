@@ -237,6 +237,24 @@ TEST_CASE("commands taken as one burst get the answers they get one by one") {
     CHECK(Count(rig.SvcUrl(), "SELECT count(DISTINCT processed_at) FROM processed_event") < 7);
 }
 
+TEST_CASE("a backlog is taken in transactions of at most 64 commands (each handler is a subtransaction)") {
+    ParticipantRig rig(false);
+    outbox::EnsureTopicsBlocking(rig.brokers, {}, {rig.name + ".commands"}, 1);
+    const int backlog = 150;
+    for (int i = 0; i < backlog; ++i) {
+        rig.Send(MakeCommand(outbox::NewUuidV7(), "charge", "action", "Charge.v1", {{"amount", i}}));
+    }
+    rig.participant->Start();
+    REQUIRE(rig.Replies(backlog).size() == static_cast<std::size_t>(backlog));
+    CHECK(rig.charges == backlog);
+    // The inbox rows of one transaction share their processed_at (its start time).
+    const auto largest =
+        Count(rig.SvcUrl(), "SELECT max(n) FROM (SELECT count(*) AS n FROM processed_event GROUP BY processed_at) t");
+    MESSAGE("largest transaction: " << largest << " commands");
+    CHECK(largest <= 64);
+    CHECK(largest > 1);  // still batched
+}
+
 TEST_CASE("a participant's inbox forgets event ids past its TTL, and only those") {
     ParticipantRig rig(/*start=*/false, std::chrono::hours(48));
     {
