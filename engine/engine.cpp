@@ -328,49 +328,46 @@ class Engine::Impl {
                           const std::string& key,
                           detail::PendingStart& pending) {
         StartResult r;
-        const std::string saga_id = outbox::NewUuidV7();
-        const auto inserted = store::Exec(
-            tx,
-            "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, input, "
-            "idempotency_key) VALUES ($1::uuid, $2, $3, $4, 'running', $5::jsonb, $6) "
-            "ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING 1",
-            saga_id,
-            type,
-            definition.version,
-            definition.hash,
-            input.dump(),
-            key.empty() ? nullptr : key.c_str());
-        if (inserted.empty()) {
-            // The key was used: jsonb equality ignores key order and whitespace, so the same input
-            // written differently is still the same command.
-            const auto existing =
-                store::Exec(tx,
-                            "SELECT saga_id::text, input = $3::jsonb FROM saga_instance WHERE saga_type = $1 AND "
-                            "idempotency_key = $2",
-                            type,
-                            key,
-                            input.dump());
-            r.saga_id = existing.at(0)[0].as<std::string>();
-            if (existing[0][1].as<bool>()) {
-                r.status = StartResult::Status::kReplayed;
-            } else {
-                r.status = StartResult::Status::kConflict;
-                r.message = "idempotency key '" + key + "' already started saga " + r.saga_id +
-                            " with other input. Hint: use a new key for a new request";
-            }
-            return r;
-        }
         LoadedSaga saga;
-        saga.saga_id = saga_id;
+        saga.saga_id = outbox::NewUuidV7();
         saga.saga_type = type;
         saga.definition_hash = definition.hash;
         saga.input = input;
         const auto decision = machine::Decide(definition, saga.state, machine::Begin{});
+        detail::WriteBatch writes;
         const auto effects = PersistLocked(
-            tx, definition, saga, decision, {{"started", {}, {}, 0, {}, {{"version", definition.version}}}});
-        pending.next_timer = effects.next_timer;
-        r.status = StartResult::Status::kStarted;
-        r.saga_id = saga_id;
+            tx, definition, saga, decision, {{"started", {}, {}, 0, {}, {{"version", definition.version}}}}, &writes);
+        // The saga row with its first state and its timeline in one statement, then its first
+        // commands; nothing if the key started a saga before.
+        if (writes.InsertStarted(tx,
+                                 {type,
+                                  definition.version,
+                                  definition.hash,
+                                  input.dump(),
+                                  key.empty() ? std::nullopt : std::optional<std::string>(key)})) {
+            RecordLatencies(writes.Flush(tx));
+            pending.next_timer = effects.next_timer;
+            r.status = StartResult::Status::kStarted;
+            r.saga_id = saga.saga_id;
+            return r;
+        }
+        // The key was used: jsonb equality ignores key order and whitespace, so the same input
+        // written differently is still the same command.
+        const auto existing =
+            store::Exec(tx,
+                        "SELECT saga_id::text, input = $3::jsonb FROM saga_instance WHERE saga_type = $1 AND "
+                        "idempotency_key = $2",
+                        type,
+                        key,
+                        input.dump());
+        r.saga_id = existing.at(0)[0].as<std::string>();
+        if (existing[0][1].as<bool>()) {
+            r.status = StartResult::Status::kReplayed;
+        } else {
+            r.status = StartResult::Status::kConflict;
+            r.message = "idempotency key '" + key + "' already started saga " + r.saga_id +
+                        " with other input. Hint: use a new key for a new request";
+        }
         return r;
     }
 

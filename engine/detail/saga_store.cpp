@@ -172,9 +172,30 @@ void WriteBatch::Record(const std::string& saga_id, TimelineRow row) {
     timeline_.push_back({saga_id, std::move(row), false});
 }
 
+namespace {
+
+using Texts = std::vector<std::optional<std::string>>;
+
+std::optional<std::string> Nullable(const std::string& text) {
+    return text.empty() ? std::nullopt : std::optional<std::string>(text);
+}
+
+// A timeline entry as six array columns from `first` on: kind, step, phase, attempt, event id,
+// detail (the columns of saga_event after its saga id).
+void AppendTimelineColumns(std::vector<Texts>& columns, std::size_t first, const TimelineRow& row) {
+    columns[first].emplace_back(row.kind);
+    columns[first + 1].push_back(Nullable(row.step_name));
+    columns[first + 2].push_back(Nullable(row.phase));
+    columns[first + 3].push_back(row.attempt > 0 ? std::optional<std::string>(std::to_string(row.attempt))
+                                                 : std::nullopt);
+    columns[first + 4].push_back(Nullable(row.event_id));
+    columns[first + 5].emplace_back(row.detail.is_null() ? std::string("{}") : row.detail.dump());
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_base& tx) {
     std::vector<std::pair<std::string, double>> latencies;
-    using Texts = std::vector<std::optional<std::string>>;
     // Each statement's text is the same for any number of rows: its values travel as arrays.
     if (!updates_.empty()) {
         Texts saga, step, phase, status, reply, open, awaiting, measure;
@@ -238,19 +259,10 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
             sagas[3].emplace_back(r.data);
             sagas[4].push_back(r.parked_reason);
         }
-        const auto nullable = [](const std::string& text) {
-            return text.empty() ? std::nullopt : std::optional<std::string>(text);
-        };
         for (const auto& e : timeline_) {
             if (e.if_dispatched && dispatched.count(e.row.event_id) == 0) continue;  // dispatched before
-            events[0].push_back(nullable(e.saga_id));
-            events[1].emplace_back(e.row.kind);
-            events[2].push_back(nullable(e.row.step_name));
-            events[3].push_back(nullable(e.row.phase));
-            events[4].push_back(e.row.attempt > 0 ? std::optional<std::string>(std::to_string(e.row.attempt))
-                                                  : std::nullopt);
-            events[5].push_back(nullable(e.row.event_id));
-            events[6].emplace_back(e.row.detail.is_null() ? std::string("{}") : e.row.detail.dump());
+            events[0].push_back(Nullable(e.saga_id));
+            AppendTimelineColumns(events, 1, e.row);
         }
         // The saga rows and their timeline entries in one statement (one round trip).
         std::vector<Texts> columns = std::move(sagas);
@@ -273,6 +285,43 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
     saga_rows_.clear();
     timeline_.clear();
     return latencies;
+}
+
+bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) {
+    const SagaRow& row = saga_rows_.at(0);
+    std::vector<Texts> columns{{row.saga_id},
+                               {saga.saga_type},
+                               {std::to_string(saga.definition_version)},
+                               {saga.definition_hash},
+                               {row.status},
+                               {row.current_step},
+                               {row.data},
+                               {row.parked_reason},
+                               {saga.input},
+                               {saga.idempotency_key}};
+    columns.resize(columns.size() + 6);
+    // A new saga's dispatches are all new: every entry goes in.
+    for (const auto& e : timeline_) AppendTimelineColumns(columns, 10, e.row);
+    // version 1 and updated_at as the start's UPDATE used to leave them.
+    const auto inserted = store::ExecArrays(
+        tx,
+        "WITH saga AS (INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, "
+        "current_step, data, parked_reason, input, idempotency_key, updated_at, version) SELECT s, t, v, h, st, c, "
+        "d::jsonb, p, i::jsonb, k, clock_timestamp(), 1 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], "
+        "$5::text[], $6::int[], $7::text[], $8::text[], $9::text[], $10::text[]) AS u(s, t, v, h, st, c, d, p, i, k) "
+        "ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING saga_id), "
+        "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
+        "SELECT saga.saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM saga, "
+        "unnest($11::text[], $12::text[], $13::text[], $14::int[], $15::uuid[], $16::text[]) WITH ORDINALITY AS "
+        "e(kind, step_name, phase, attempt, event_id, detail, n) ORDER BY n) SELECT count(*) FROM saga",
+        columns);
+    saga_rows_.clear();
+    timeline_.clear();
+    if (inserted[0][0].as<int>() == 1) return true;
+    sagas_.clear();
+    updates_.clear();
+    new_steps_.clear();
+    return false;
 }
 
 Effects Persist(pqxx::transaction_base& tx,

@@ -70,6 +70,17 @@ class WriteBatch {
     // phases the updates answered.
     std::vector<std::pair<std::string, double>> Flush(pqxx::transaction_base& tx);
 
+    // A saga this transaction starts: its row with the state Persist queued for it, and its
+    // timeline, in one statement (an INSERT and an UPDATE before); its dispatches stay queued for
+    // Flush. False if its idempotency key is taken: nothing is written and the batch is emptied.
+    struct NewSaga {
+        std::string saga_type;
+        int definition_version = 0;
+        std::string definition_hash, input;
+        std::optional<std::string> idempotency_key;
+    };
+    bool InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga);
+
   private:
     friend Effects Persist(pqxx::transaction_base&,
                            const SagaDefinition&,

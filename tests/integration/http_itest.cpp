@@ -157,7 +157,7 @@ TEST_CASE(
         [&] {
             return Count(rig.db.Url(),
                          "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
-                         "'INSERT INTO saga_instance%'") == 1;
+                         "'%INSERT INTO saga_instance%'") == 1;
         },
         std::chrono::seconds(10)));
     // The server goes on answering while that request waits in the database.
