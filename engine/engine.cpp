@@ -306,19 +306,6 @@ class Engine::Impl {
         return result;
     }
 
-    // A start inside the caller's transaction (the HTTP API's): refusals (unknown type, input
-    // errors) come back before any database work; the caller commits, then calls Committed.
-    StartResult StartIn(pqxx::work& tx,
-                        const std::string& type,
-                        nlohmann::json input,
-                        const std::string& key,
-                        detail::PendingStart& pending) {
-        RequireStarted();
-        std::shared_ptr<const SagaDefinition> definition;
-        if (auto refusal = Refusal(type, input, definition)) return std::move(*refusal);
-        return StartWith(tx, *definition, type, input, key, pending);
-    }
-
     // A start's database work: the saga row (or the one its key started before), its first steps
     // and their commands.
     StartResult StartWith(pqxx::work& tx,
@@ -371,7 +358,7 @@ class Engine::Impl {
         return r;
     }
 
-    // After the commit of a StartIn: counted, and the timer scan told of the first deadline.
+    // After the commit of a start: counted, and the timer scan told of the first deadline.
     void Committed(const StartResult& result, const detail::PendingStart& pending) {
         if (result.status != StartResult::Status::kStarted) return;
         ++counters_.sagas_started;
@@ -892,11 +879,12 @@ namespace detail {
 
 StartResult EngineInternals::StartIn(Engine& engine,
                                      pqxx::work& tx,
+                                     const SagaDefinition& definition,
                                      const std::string& saga_type,
-                                     nlohmann::json input,
+                                     const nlohmann::json& input,
                                      const std::string& idempotency_key,
                                      PendingStart& pending) {
-    return engine.impl_->StartIn(tx, saga_type, std::move(input), idempotency_key, pending);
+    return engine.impl_->StartWith(tx, definition, saga_type, input, idempotency_key, pending);
 }
 
 void EngineInternals::Committed(Engine& engine, const StartResult& result, const PendingStart& pending) {
@@ -909,8 +897,8 @@ store::ConnectionPool& EngineInternals::Pool(Engine& engine) {
 
 std::optional<StartResult> EngineInternals::Refusal(Engine& engine,
                                                     const std::string& saga_type,
-                                                    nlohmann::json input) {
-    std::shared_ptr<const SagaDefinition> definition;
+                                                    nlohmann::json& input,
+                                                    std::shared_ptr<const SagaDefinition>& definition) {
     return engine.impl_->Refusal(saga_type, input, definition);
 }
 

@@ -504,10 +504,11 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
             400, "malformed-json", "Malformed JSON", std::string("the body is not JSON in UTF-8: ") + e.what());
     }
     if (!body.is_object()) return Problem(400, "malformed-json", "Malformed JSON", "the body must be a JSON object");
-    const nlohmann::json input = body;
+    nlohmann::json input = body;
     // Checked before the key is claimed: a 422 needs no database work and is not stored (the same
-    // body always fails the same way).
-    if (const auto refusal = EngineInternals::Refusal(engine_, type, input)) return Refused(*refusal);
+    // body always fails the same way). The start uses this definition and the input with its defaults.
+    std::shared_ptr<const SagaDefinition> definition;
+    if (const auto refusal = EngineInternals::Refusal(engine_, type, input, definition)) return Refused(*refusal);
     const std::string scope = "saga:" + type + (client.empty() ? "" : ":" + client);
     const std::string saga_key = client.empty() ? key : client + ":" + key;
     const std::string hash = CanonicalHash(body);
@@ -523,7 +524,6 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
     // is older than 30 s belongs to a server that died: it is taken over.
     PendingStart pending;
     StartResult started;
-    std::optional<StartResult> refused;
     Response response = pool.RunBlocking([&](pqxx::connection& conn) -> Response {
         pqxx::work tx{conn};
         const auto claim = store::Exec(
@@ -541,12 +541,7 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
         if (!claim[0][1].as<bool>()) {
             if (auto answer = AnswerFromRecord(tx, scope, key, hash, held)) return std::move(*answer);
         }
-        StartResult result = EngineInternals::StartIn(engine_, tx, type, input, saga_key, pending);
-        if (result.status == StartResult::Status::kInvalidInput || result.status == StartResult::Status::kUnknownType) {
-            // A definition registered since the check above refused it: nothing is committed.
-            refused = std::move(result);
-            return {};
-        }
+        StartResult result = EngineInternals::StartIn(engine_, tx, *definition, type, input, saga_key, pending);
         Response r = result.status == StartResult::Status::kConflict
                          ? Problem(409, "idempotency-key-reused", "Idempotency-Key reused", result.message)
                          : Json(result.status == StartResult::Status::kStarted ? 201 : 200,
@@ -565,7 +560,6 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
         started = std::move(result);
         return r;
     });
-    if (refused) return Refused(*refused);
     EngineInternals::Committed(engine_, started, pending);
     if (response.status == 201) response.headers.emplace_back("Location", "/v1/sagas/" + started.saga_id);
     return response;
