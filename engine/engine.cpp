@@ -198,7 +198,7 @@ class Engine::Impl {
         }
         // Every statement of the engine is an index lookup, prepared once per connection and
         // planned once (store::UseOwnStatementPlans).
-        parts_.StartPool(config_.database_url, config_.database_pool_size, /*own_statements_only=*/true);
+        parts_.StartPool(config_.database_url, config_.database_pool_size);
         {
             std::shared_lock lock(definitions_mutex_);
             parts_.pool->RunBlocking([&](pqxx::connection& conn) {

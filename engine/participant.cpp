@@ -160,6 +160,7 @@ class Participant::Impl {
         if (!setups_.empty()) {
             parts_.pool->RunBlocking([&](pqxx::connection& conn) {
                 pqxx::work tx{conn};
+                tx.exec(store::kUserStatementPlans);
                 Transaction t{static_cast<pqxx::transaction_base*>(&tx)};
                 for (const auto& setup : setups_) setup(t);
                 tx.commit();
@@ -345,9 +346,14 @@ class Participant::Impl {
         // and opens its own (a simple query may hold both), and the COMMIT releases the last —
         // one round trip per handler instead of two. Alone (a duplicate's handler between the
         // batch's runs) a handler releases its own, so the batch's stays the newest of the name.
+        // The same round trip hands the planner back to the server's settings for the user's SQL
+        // (the batch's read before ran on sagaflow's: store::UseOwnStatementPlans); the rest of the
+        // transaction keeps them (its writes, and a duplicate's lookup by the whole primary key, plan
+        // alike either way).
         const bool release_first = batch != nullptr && batch->savepoint_open;
-        tx.exec(release_first ? "RELEASE SAVEPOINT sagaflow_handler; SAVEPOINT sagaflow_handler"
-                              : "SAVEPOINT sagaflow_handler");
+        tx.exec(std::string(store::kUserStatementPlans) +
+                (release_first ? "RELEASE SAVEPOINT sagaflow_handler; SAVEPOINT sagaflow_handler"
+                               : "SAVEPOINT sagaflow_handler"));
         if (batch != nullptr) batch->savepoint_open = true;
         Transaction handler_tx{static_cast<pqxx::transaction_base*>(&tx)};
         const StepReply reply = handler->second(handler_tx, command);

@@ -32,9 +32,15 @@ std::string PreparedName(pqxx::connection_base& conn, const std::string& sql);
 //    array parameter (`= ANY($1)`, `unnest($1)`: a generic plan assumes 10 elements, the batch has
 //    1-3). Measured with perf on the saga benchmark: planning was 7 % of the whole machine.
 // A statement whose best plan depends on its values (an operator's listing by status) sets
-// `plan_cache_mode` back for its own transaction (`SET LOCAL`). Not for a participant's sessions:
-// its handlers run the user's SQL, which keeps PostgreSQL's defaults.
+// `plan_cache_mode` back for its own transaction (`SET LOCAL`). A participant's sessions use them
+// too, for its bookkeeping; its handlers run the user's SQL, after kUserStatementPlans.
 void UseOwnStatementPlans(pqxx::connection_base& conn);
+
+// Prefix of a simple query: the rest of the transaction plans as the server is configured (the
+// user's SQL in a participant's handler and setup), not as UseOwnStatementPlans says. `TO
+// DEFAULT` is the value the session started with; a savepoint rolled back to keeps it.
+inline constexpr const char* kUserStatementPlans =
+    "SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL plan_cache_mode TO DEFAULT; ";
 
 template <typename... Args>
 pqxx::result Exec(pqxx::transaction_base& tx, const std::string& sql, Args&&... args) {

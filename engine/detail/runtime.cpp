@@ -5,13 +5,13 @@
 
 namespace sagaflow::detail {
 
-void Runtime::StartPool(const std::string& url, int size, bool own_statements_only) {
+void Runtime::StartPool(const std::string& url, int size) {
     store::PoolOptions options;
     options.url = url;
     options.size = size;
-    options.on_connect = [own_statements_only](pqxx::connection& conn) {
+    options.on_connect = [](pqxx::connection& conn) {
         store::ForgetForeignStatements(conn);  // a new connection, perhaps at an old one's address
-        if (own_statements_only) store::UseOwnStatementPlans(conn);
+        store::UseOwnStatementPlans(conn);
         store::PrepareInbox(conn);
     };
     pool = std::make_unique<store::ConnectionPool>(options);

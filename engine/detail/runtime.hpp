@@ -18,9 +18,10 @@ struct Runtime {
     std::unique_ptr<outbox::Consumer> consumer;
     std::unique_ptr<store::Sweeper> sweeper;
 
-    // A pool whose connections have the inbox statements prepared. `own_statements_only`: the
-    // sessions run only sagaflow's statements and plan them as store::UseOwnStatementPlans says.
-    void StartPool(const std::string& url, int size, bool own_statements_only = false);
+    // A pool whose connections have the inbox statements prepared and plan sagaflow's statements
+    // as store::UseOwnStatementPlans says (a participant's handlers set the server's defaults back
+    // for the user's SQL: store::kUserStatementPlans).
+    void StartPool(const std::string& url, int size);
     void StartRelay(const std::string& url, const std::string& brokers, const outbox::KafkaProperties& properties);
     void StartConsumer(outbox::ConsumerOptions options, outbox::BatchHandler handler);
     // Deletes the pool's schema's inbox rows, idempotency records and published outbox rows past

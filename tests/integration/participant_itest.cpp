@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <mutex>
 #include <pqxx/pqxx>
 
 #include "engine/participant.hpp"
@@ -31,6 +32,10 @@ struct ParticipantRig {
     std::atomic<int> charges{0};
     std::atomic<int> refunds{0};
     std::atomic<int> flaky_calls{0};
+    // The planner settings each handler's SQL ran with ("plan_cache_mode enable_seqscan"): the
+    // server's, although the participant's own statements plan on sagaflow's.
+    std::mutex planner_mutex;
+    std::vector<std::string> planner_seen;
     std::unique_ptr<Participant> participant;
 
     // start = false: commands can be sent first (Start() then takes them as one burst).
@@ -48,6 +53,7 @@ struct ParticipantRig {
         });
         participant->OnAction("Charge.v1", [this](Transaction& tx, const Command& c) {
             ++charges;
+            RecordPlanner(tx);
             tx.Execute("INSERT INTO effect VALUES ($1::uuid, 'charge', $2::int)",
                        {c.saga_id, std::to_string(c.data.value("amount", 0))});
             return StepReply::Success({{"charged", c.data.value("amount", 0)}});
@@ -60,10 +66,25 @@ struct ParticipantRig {
         // Fails transiently on its first call, after writing: the write must not survive.
         participant->OnAction("Flaky.v1", [this](Transaction& tx, const Command& c) {
             tx.Execute("INSERT INTO effect VALUES ($1::uuid, 'flaky', 0)", {c.saga_id});
+            RecordPlanner(tx);
             if (++flaky_calls == 1) return StepReply::Retry("provider unavailable");
             return StepReply::Success();
         });
         if (start) participant->Start();
+    }
+
+    void RecordPlanner(Transaction& tx) {
+        const auto rows =
+            tx.Query("SELECT current_setting('plan_cache_mode') || ' ' || current_setting('enable_seqscan')");
+        const std::lock_guard lock{planner_mutex};
+        planner_seen.push_back(rows.at(0).at(0).value_or("NULL"));
+    }
+
+    // Every handler so far ran the user's SQL with the server's planner settings.
+    void CheckPlannerDefaults(std::size_t handlers) {
+        const std::lock_guard lock{planner_mutex};
+        CHECK(planner_seen.size() == handlers);
+        for (const auto& seen : planner_seen) CHECK(seen == "auto on");
     }
 
     // Sends a command as the engine would (the same event id on a resend).
@@ -113,6 +134,7 @@ TEST_CASE("a command is applied once; its repeats get the stored reply with the 
         CHECK(reply.data == first[0].data);
     }
     CHECK(rig.charges == 1);
+    rig.CheckPlannerDefaults(1);
     CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect WHERE what = 'charge'") == 1);
     CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM participant_step WHERE status = 'succeeded'") == 1);
     CHECK(rig.participant->Metrics().replayed >= 2);
@@ -170,6 +192,7 @@ TEST_CASE("a Retry answer stores nothing and rolls back the handler's writes; th
     REQUIRE(second.size() == 2);
     CHECK(second[1].data["outcome"] == "success");
     CHECK(rig.flaky_calls == 2);
+    rig.CheckPlannerDefaults(2);  // the second in a new transaction
     CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect WHERE what = 'flaky'") == 1);
 }
 
@@ -225,6 +248,7 @@ TEST_CASE("commands taken as one burst get the answers they get one by one") {
     // Effects: a and d charged once each, d refunded, nothing for b, c's write rolled back.
     CHECK(rig.charges == 2);
     CHECK(rig.refunds == 1);
+    rig.CheckPlannerDefaults(3);  // a; c, its savepoint after a's; d, after c's rollback to its own
     CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect") == 3);
     CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect WHERE saga_id = '" + b + "' OR what = 'flaky'") == 0);
     CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM participant_step") == 5);  // a, b (2), d (2); not c

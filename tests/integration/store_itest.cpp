@@ -273,6 +273,20 @@ TEST_CASE("a session of sagaflow's own statements plans an array statement once,
             CAPTURE(plan);
             CHECK(plan.find("Index") != std::string::npos);
             CHECK(plan.find("Seq Scan") == std::string::npos);
+            // A participant's handler gets the server's settings back for its transaction (kept
+            // through a rollback to a savepoint taken after them); the session keeps sagaflow's.
+            const auto settings = [](pqxx::transaction_base& t) {
+                return t
+                    .exec1("SELECT current_setting('plan_cache_mode') || ' ' || current_setting('enable_seqscan')")[0]
+                    .as<std::string>();
+            };
+            CHECK(settings(tx) == "force_generic_plan off");
+            tx.exec(std::string(kUserStatementPlans) + "SAVEPOINT handler");
+            tx.exec("ROLLBACK TO SAVEPOINT handler");
+            CHECK(settings(tx) == "auto on");
+            tx.commit();
+            pqxx::work next{conn};
+            CHECK(settings(next) == "force_generic_plan off");
         } else {
             // PostgreSQL's default, for contrast: a new plan on every call (why the setting exists).
             CHECK(plans[1].as<int>() == 10);
