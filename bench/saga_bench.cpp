@@ -381,7 +381,7 @@ int main(int argc, char** argv) {
             ids = open_ids;
         }
         if (ids.empty()) return 0;
-        pqxx::read_transaction tx{poll_conn};
+        pqxx::nontransaction tx{poll_conn};  // one statement: no BEGIN, SET TRANSACTION, COMMIT round trips
         const auto rows = sagaflow::store::Exec(
             tx,
             "SELECT saga_id::text FROM saga_instance WHERE saga_id = ANY($1::uuid[]) AND status IN "

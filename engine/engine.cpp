@@ -324,8 +324,8 @@ class Engine::Impl {
         detail::WriteBatch writes;
         const auto effects = PersistLocked(
             tx, definition, saga, decision, {{"started", {}, {}, 0, {}, {{"version", definition.version}}}}, &writes);
-        // The saga row with its first state and its timeline in one statement, then its first
-        // commands; nothing if the key started a saga before.
+        // The saga row with its first state, its timeline and its first commands in one
+        // statement; nothing if the key started a saga before.
         if (writes.InsertStarted(tx,
                                  {type,
                                   definition.version,

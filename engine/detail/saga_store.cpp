@@ -192,92 +192,100 @@ void AppendTimelineColumns(std::vector<Texts>& columns, std::size_t first, const
     columns[first + 5].emplace_back(row.detail.is_null() ? std::string("{}") : row.detail.dump());
 }
 
+// New step phases as nine array columns from `first` on, for NewStepsSql.
+template <typename NewStep>
+void AppendNewStepColumns(std::vector<Texts>& columns, std::size_t first, const std::vector<NewStep>& steps) {
+    for (const auto& n : steps) {
+        columns[first].emplace_back(n.saga_id);
+        columns[first + 1].emplace_back(n.step_name);
+        columns[first + 2].emplace_back(n.phase);
+        columns[first + 3].emplace_back(n.timeout_ms);
+        for (std::size_t i = 0; i < 5; ++i) columns[first + 4 + i].emplace_back(n.outbox.at(i));
+    }
+}
+
+// Common table expressions `v` (the new phases, parameters $first..$first+8) and `step` (their
+// step rows, RETURNING the command event id of each row that was new), optionally only `if` a
+// condition holds. A step row is the dedup key of its phase: the outbox row goes in only with a
+// new step row (joined on `step`), in the order the decisions were made (the relay keeps each
+// key's order by id).
+std::string NewStepsSql(int first, const std::string& condition = "") {
+    std::string params;
+    for (const char* type : {"uuid", "text", "text", "bigint", "uuid", "text", "text", "text", "text"}) {
+        params += (params.empty() ? "$" : ", $") + std::to_string(first++) + "::" + type + "[]";
+    }
+    return "v AS (SELECT * FROM unnest(" + params +
+           ") WITH ORDINALITY AS u(saga_id, step_name, phase, timeout_ms, event_id, topic, message_key, headers, "
+           "payload, n)), "
+           "step AS (INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
+           "deadline_at) SELECT saga_id, step_name, phase, 'dispatched', 1, event_id, "
+           "clock_timestamp() + timeout_ms * interval '1 millisecond' FROM v " +
+           (condition.empty() ? "" : "WHERE " + condition + " ") +
+           "ORDER BY n ON CONFLICT DO NOTHING RETURNING command_event_id)";
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_base& tx) {
     std::vector<std::pair<std::string, double>> latencies;
-    // Each statement's text is the same for any number of rows: its values travel as arrays.
-    if (!updates_.empty()) {
-        Texts saga, step, phase, status, reply, open, awaiting, measure;
-        for (const auto& u : updates_) {
-            saga.emplace_back(u.saga_id);
-            step.emplace_back(u.step_name);
-            phase.emplace_back(u.phase);
-            status.emplace_back(u.status);
-            reply.push_back(u.reply);
-            open.emplace_back(u.open ? "t" : "f");
-            awaiting.emplace_back(u.open && u.awaiting_retry ? "t" : "f");
-            measure.emplace_back(u.measure ? "t" : "f");
-        }
-        const auto rows = store::ExecArrays(
-            tx,
-            "UPDATE saga_step s SET status = v.status, reply = v.reply::jsonb, "
-            "completed_at = CASE WHEN v.open THEN NULL ELSE clock_timestamp() END, "
-            "next_attempt_at = CASE WHEN v.awaiting THEN s.next_attempt_at END, "
-            "deadline_at = CASE WHEN v.open AND NOT v.awaiting THEN s.deadline_at END "
-            "FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], $7::bool[], "
-            "$8::bool[]) AS v(saga_id, step_name, phase, status, reply, open, awaiting, measure) "
-            "WHERE s.saga_id = v.saga_id AND s.step_name = v.step_name AND s.phase = v.phase "
-            "RETURNING s.step_name, v.measure, extract(epoch FROM clock_timestamp() - s.dispatched_at)::float8",
-            {saga, step, phase, status, reply, open, awaiting, measure});
-        for (const auto& row : rows) {
-            if (row[1].as<bool>()) latencies.emplace_back(row[0].as<std::string>(), row[2].as<double>());
-        }
+    if (Empty() && updates_.empty() && new_steps_.empty() && saga_rows_.empty()) return latencies;
+    // Everything queued in one statement (one round trip; three before): the answered phases, the
+    // new ones with their commands, the timeline and the saga rows. Its text is the same for any
+    // number of rows: the values travel as arrays, an empty part as empty arrays.
+    std::vector<Texts> columns(8 + 9 + 8 + 5);
+    for (const auto& u : updates_) {
+        columns[0].emplace_back(u.saga_id);
+        columns[1].emplace_back(u.step_name);
+        columns[2].emplace_back(u.phase);
+        columns[3].emplace_back(u.status);
+        columns[4].push_back(u.reply);
+        columns[5].emplace_back(u.open ? "t" : "f");
+        columns[6].emplace_back(u.open && u.awaiting_retry ? "t" : "f");
+        columns[7].emplace_back(u.measure ? "t" : "f");
     }
-    std::set<std::string> dispatched;
-    if (!new_steps_.empty()) {
-        std::vector<Texts> columns(9);
-        for (const auto& n : new_steps_) {
-            columns[0].emplace_back(n.saga_id);
-            columns[1].emplace_back(n.step_name);
-            columns[2].emplace_back(n.phase);
-            columns[3].emplace_back(n.timeout_ms);
-            for (std::size_t i = 0; i < 5; ++i) columns[4 + i].emplace_back(n.outbox.at(i));
-        }
-        // A step row is the dedup key of its phase: the outbox row goes in only with a new step
-        // row, in the order the decisions were made (the relay keeps each key's order by id).
-        const auto rows = store::ExecArrays(
-            tx,
-            "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::bigint[], $5::uuid[], "
-            "$6::text[], $7::text[], $8::text[], $9::text[]) WITH ORDINALITY AS u(saga_id, step_name, phase, "
-            "timeout_ms, event_id, topic, message_key, headers, payload, n)), "
-            "step AS (INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
-            "deadline_at) SELECT saga_id, step_name, phase, 'dispatched', 1, event_id, "
-            "clock_timestamp() + timeout_ms * interval '1 millisecond' FROM v ORDER BY n "
-            "ON CONFLICT DO NOTHING RETURNING command_event_id) " +
-                outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
-                " RETURNING event_id::text",
-            columns);
-        for (const auto& row : rows) dispatched.insert(row[0].as<std::string>());
+    AppendNewStepColumns(columns, 8, new_steps_);
+    for (const auto& e : timeline_) {
+        columns[17].push_back(Nullable(e.saga_id));
+        AppendTimelineColumns(columns, 18, e.row);
+        columns[24].emplace_back(e.if_dispatched ? "t" : "f");
     }
-    if (!saga_rows_.empty() || !timeline_.empty()) {
-        std::vector<Texts> sagas(5), events(7);
-        for (const auto& r : saga_rows_) {
-            sagas[0].emplace_back(r.saga_id);
-            sagas[1].emplace_back(r.status);
-            sagas[2].emplace_back(r.current_step);
-            sagas[3].emplace_back(r.data);
-            sagas[4].push_back(r.parked_reason);
-        }
-        for (const auto& e : timeline_) {
-            if (e.if_dispatched && dispatched.count(e.row.event_id) == 0) continue;  // dispatched before
-            events[0].push_back(Nullable(e.saga_id));
-            AppendTimelineColumns(events, 1, e.row);
-        }
-        // The saga rows and their timeline entries in one statement (one round trip).
-        std::vector<Texts> columns = std::move(sagas);
-        columns.insert(columns.end(), events.begin(), events.end());
-        store::ExecArrays(
-            tx,
-            "WITH timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, "
-            "detail) SELECT saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM "
-            "unnest($6::uuid[], $7::text[], $8::text[], $9::text[], $10::int[], $11::uuid[], $12::text[]) "
-            "WITH ORDINALITY AS e(saga_id, kind, step_name, phase, attempt, event_id, detail, n) ORDER BY n) "
-            "UPDATE saga_instance s SET status = v.status, current_step = v.current_step, "
-            "data = v.data::jsonb, parked_reason = v.parked_reason, updated_at = clock_timestamp(), "
-            "version = s.version + 1 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[]) "
-            "AS v(saga_id, status, current_step, data, parked_reason) WHERE s.saga_id = v.saga_id",
-            columns);
+    for (const auto& r : saga_rows_) {
+        columns[25].emplace_back(r.saga_id);
+        columns[26].emplace_back(r.status);
+        columns[27].emplace_back(r.current_step);
+        columns[28].emplace_back(r.data);
+        columns[29].push_back(r.parked_reason);
+    }
+    // A timeline entry that announces a dispatch goes in only if this statement's outbox row was
+    // new (not if the phase was dispatched before: never twice).
+    const auto rows = store::ExecArrays(
+        tx,
+        "WITH answered AS (UPDATE saga_step s SET status = a.status, reply = a.reply::jsonb, "
+        "completed_at = CASE WHEN a.open THEN NULL ELSE clock_timestamp() END, "
+        "next_attempt_at = CASE WHEN a.awaiting THEN s.next_attempt_at END, "
+        "deadline_at = CASE WHEN a.open AND NOT a.awaiting THEN s.deadline_at END "
+        "FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], $7::bool[], "
+        "$8::bool[]) AS a(saga_id, step_name, phase, status, reply, open, awaiting, measure) "
+        "WHERE s.saga_id = a.saga_id AND s.step_name = a.step_name AND s.phase = a.phase "
+        "RETURNING s.step_name, a.measure, extract(epoch FROM clock_timestamp() - s.dispatched_at)::float8 AS "
+        "seconds), " +
+            NewStepsSql(9) + ", dispatch AS (" +
+            outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
+            " RETURNING event_id), "
+            "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
+            "SELECT saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM "
+            "unnest($18::uuid[], $19::text[], $20::text[], $21::text[], $22::int[], $23::uuid[], $24::text[], "
+            "$25::bool[]) WITH ORDINALITY AS e(saga_id, kind, step_name, phase, attempt, event_id, detail, "
+            "if_dispatched, n) WHERE NOT e.if_dispatched OR e.event_id IN (SELECT event_id FROM dispatch) "
+            "ORDER BY n), "
+            "saga AS (UPDATE saga_instance s SET status = r.status, current_step = r.current_step, "
+            "data = r.data::jsonb, parked_reason = r.parked_reason, updated_at = clock_timestamp(), "
+            "version = s.version + 1 FROM unnest($26::uuid[], $27::text[], $28::int[], $29::text[], $30::text[]) "
+            "AS r(saga_id, status, current_step, data, parked_reason) WHERE s.saga_id = r.saga_id RETURNING 1) "
+            "SELECT step_name, measure, seconds FROM answered",
+        columns);
+    for (const auto& row : rows) {
+        if (row[1].as<bool>()) latencies.emplace_back(row[0].as<std::string>(), row[2].as<double>());
     }
     sagas_.clear();
     updates_.clear();
@@ -299,10 +307,12 @@ bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) 
                                {row.parked_reason},
                                {saga.input},
                                {saga.idempotency_key}};
-    columns.resize(columns.size() + 6);
+    columns.resize(columns.size() + 6 + 9);
     // A new saga's dispatches are all new: every entry goes in.
     for (const auto& e : timeline_) AppendTimelineColumns(columns, 10, e.row);
-    // version 1 and updated_at as the start's UPDATE used to leave them.
+    AppendNewStepColumns(columns, 16, new_steps_);
+    // version 1 and updated_at as the start's UPDATE used to leave them. Its first step rows and
+    // their commands in the same statement, only with the saga row.
     const auto inserted = store::ExecArrays(
         tx,
         "WITH saga AS (INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, "
@@ -313,10 +323,14 @@ bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) 
         "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
         "SELECT saga.saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM saga, "
         "unnest($11::text[], $12::text[], $13::text[], $14::int[], $15::uuid[], $16::text[]) WITH ORDINALITY AS "
-        "e(kind, step_name, phase, attempt, event_id, detail, n) ORDER BY n) SELECT count(*) FROM saga",
+        "e(kind, step_name, phase, attempt, event_id, detail, n) ORDER BY n), " +
+            NewStepsSql(17, "EXISTS (SELECT FROM saga)") + ", dispatch AS (" +
+            outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
+            " RETURNING 1) SELECT count(*) FROM saga",
         columns);
     saga_rows_.clear();
     timeline_.clear();
+    new_steps_.clear();
     if (inserted[0][0].as<int>() == 1) return true;
     sagas_.clear();
     updates_.clear();

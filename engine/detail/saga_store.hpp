@@ -70,9 +70,10 @@ class WriteBatch {
     // phases the updates answered.
     std::vector<std::pair<std::string, double>> Flush(pqxx::transaction_base& tx);
 
-    // A saga this transaction starts: its row with the state Persist queued for it, and its
-    // timeline, in one statement (an INSERT and an UPDATE before); its dispatches stay queued for
-    // Flush. False if its idempotency key is taken: nothing is written and the batch is emptied.
+    // A saga this transaction starts: its row with the state Persist queued for it, its timeline,
+    // and its first step rows with their outbox rows, in one statement (an INSERT, the dispatch and
+    // an UPDATE before). False if its idempotency key is taken: nothing is written and the batch
+    // is emptied.
     struct NewSaga {
         std::string saga_type;
         int definition_version = 0;
