@@ -198,7 +198,11 @@ class Engine::Impl {
         }
         // Every statement of the engine is an index lookup, prepared once per connection and
         // planned once (store::UseOwnStatementPlans).
-        parts_.StartPool(config_.database_url, config_.database_pool_size);
+        // The HTTP API's requests run their database work on this pool too, at most one per
+        // worker: a connection each on top of database_pool_size, so a burst of requests waiting
+        // in the database never holds the connections the reply consumer and the timers need.
+        const int http_connections = config_.http.enabled ? std::max(1, config_.http.worker_threads) : 0;
+        parts_.StartPool(config_.database_url, config_.database_pool_size + http_connections);
         {
             std::shared_lock lock(definitions_mutex_);
             parts_.pool->RunBlocking([&](pqxx::connection& conn) {

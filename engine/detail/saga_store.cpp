@@ -228,7 +228,10 @@ std::string NewStepsSql(int first, const std::string& condition = "") {
 
 std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_base& tx) {
     std::vector<std::pair<std::string, double>> latencies;
-    if (Empty() && updates_.empty() && new_steps_.empty() && saga_rows_.empty()) return latencies;
+    if (updates_.empty() && new_steps_.empty() && saga_rows_.empty() && timeline_.empty()) {
+        sagas_.clear();  // e.g. a start's, all written by InsertStarted: no statement
+        return latencies;
+    }
     // Everything queued in one statement (one round trip; three before): the answered phases, the
     // new ones with their commands, the timeline and the saga rows. Its text is the same for any
     // number of rows: the values travel as arrays, an empty part as empty arrays.

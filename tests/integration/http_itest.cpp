@@ -185,6 +185,46 @@ TEST_CASE(
     CHECK(Count(rig.db.Url(), "SELECT count(*) FROM idempotency_record WHERE state = 'completed'") == 2);
 }
 
+TEST_CASE("requests waiting in the database on every HTTP worker leave the engine its own connections") {
+    Rig rig;
+    auto engine = HttpEngine(rig);
+    const int port = engine->HttpPort();
+    const auto before = Post(port, "before", R"({"item":"b"})");
+    REQUIRE(before.status == 201);
+    const std::string saga_id = before.Json()["sagaId"].get<std::string>();
+    std::vector<std::future<HttpResult>> held;
+    {
+        // (Declared before the hold: should a check below fail, the hold ends before it is waited for.)
+        std::future<std::optional<SagaView>> read;
+        // Every worker's start waits at the definition row's lock (as above), inside its transaction.
+        pqxx::connection holder{rig.db.Url()};
+        pqxx::work hold{holder};
+        hold.exec("SELECT 1 FROM saga_definition FOR UPDATE");
+        const int workers = rig.Config().http.worker_threads;
+        for (int i = 0; i < workers; ++i) {
+            held.push_back(std::async(
+                std::launch::async, [port, i] { return Post(port, "held-" + std::to_string(i), R"({"item":"h"})"); }));
+        }
+        REQUIRE(WaitFor(
+            [&] {
+                return Count(rig.db.Url(),
+                             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+                             "'%INSERT INTO saga_instance%'") == workers;
+            },
+            std::chrono::seconds(10)));
+        // The engine's own database work (here a read through its API; the reply consumer and the
+        // timers alike) gets a connection meanwhile: with the pool no larger than the workers it
+        // waited for the hold to end.
+        read = std::async(std::launch::async, [&] { return engine->GetSaga(saga_id); });
+        REQUIRE(read.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+        const auto saga = read.get();
+        REQUIRE(saga.has_value());
+        CHECK(saga->saga_id == saga_id);
+        hold.abort();
+    }
+    for (auto& answer : held) CHECK(answer.get().status == 201);
+}
+
 TEST_CASE("50 concurrent requests with one key: exactly one saga; the others replay it or are told to wait") {
     Rig rig;
     auto engine = HttpEngine(rig);
