@@ -1,7 +1,6 @@
 #include "engine/detail/saga_store.hpp"
 
 #include <algorithm>
-#include <set>
 
 #include <pqxx/pqxx>
 
@@ -228,8 +227,8 @@ std::string NewStepsSql(int first, const std::string& condition = "") {
 
 std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_base& tx) {
     std::vector<std::pair<std::string, double>> latencies;
-    if (updates_.empty() && new_steps_.empty() && saga_rows_.empty() && timeline_.empty()) {
-        sagas_.clear();  // e.g. a start's, all written by InsertStarted: no statement
+    if (Empty()) {
+        sagas_.clear();  // no statement
         return latencies;
     }
     // Everything queued in one statement (one round trip; three before): the answered phases, the

@@ -62,7 +62,10 @@ struct Effects {
 // replies). Flush before a saga it holds is read again, and before the transaction commits.
 class WriteBatch {
   public:
-    bool Empty() const noexcept { return sagas_.empty() && timeline_.empty(); }
+    // Nothing queued to write (a start's rows all went in with InsertStarted).
+    bool Empty() const noexcept {
+        return updates_.empty() && new_steps_.empty() && saga_rows_.empty() && timeline_.empty();
+    }
     bool Holds(const std::string& saga_id) const;
     // Queues a timeline entry (saga_id may be empty).
     void Record(const std::string& saga_id, TimelineRow row);
