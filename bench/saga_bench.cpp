@@ -5,6 +5,7 @@
 //
 //   saga_bench DB_URL BROKERS --json OUT --cli SAGAFLOW --services-dir DIR --saga FILE
 //              [--seconds S] [--inflight N] [--warmup S] [--phases all|closed] [--pgbench PATH]
+//              [--consumer-property K=V]...
 //
 // Closed loop first (N sagas kept in flight: the maximum), then open loop at 25 %, 50 % and 75 %
 // of that maximum (`--phases closed`: the closed loop only, e.g. 600 s for the flat-memory run).
@@ -48,7 +49,10 @@ struct Args {
     int seconds = 15;
     int inflight = 64;
     bool closed_only = false;  // --phases closed: the long flat-memory run
-    int warmup = 60;           // seconds of closed loop before measuring: the broker's JIT compiles meanwhile
+    // --consumer-property K=V (repeatable): librdkafka properties for the consumers of the engine
+    // and of both services (tuning experiments; recorded in the JSON).
+    std::vector<std::string> consumer_properties;
+    int warmup = 60;  // seconds of closed loop before measuring: the broker's JIT compiles meanwhile
 };
 
 struct Usage {
@@ -272,6 +276,20 @@ long long Checkpoints(pqxx::connection& conn) {
     return tx.exec1("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")[0].as<long long>();
 }
 
+// PostgreSQL's own counters over a phase: per saga they are exact where CPU seconds are noisy
+// (WAL records and bytes, commits in every database of the server).
+struct PgCounters {
+    double wal_records = 0, wal_bytes = 0, commits = 0;
+};
+
+PgCounters ReadPgCounters(pqxx::connection& conn) {
+    pqxx::nontransaction tx{conn};
+    const auto row = tx.exec1(
+        "SELECT wal_records::float8, wal_bytes::float8, (SELECT sum(xact_commit)::float8 FROM pg_stat_database) "
+        "FROM pg_stat_wal");
+    return {row[0].as<double>(), row[1].as<double>(), row[2].as<double>()};
+}
+
 long long Terminal(pqxx::connection& conn, const std::string& prefix) {
     pqxx::read_transaction tx{conn};
     return tx
@@ -312,6 +330,8 @@ int main(int argc, char** argv) {
             a.closed_only = v == "closed";
         else if (k == "--pgbench")
             a.pgbench = v;
+        else if (k == "--consumer-property")
+            a.consumer_properties.push_back(v);
     }
     std::cerr << "saga_bench: pgbench single-row inserts, 16 clients, 10 s ..." << std::endl;
     const double limit = PgbenchInserts(a);
@@ -323,11 +343,14 @@ int main(int argc, char** argv) {
 
     const std::string logs = "/tmp/sagaflow-saga-bench-" + std::to_string(getpid());
     std::filesystem::create_directories(logs);
-    ChildProcess engine_process{
-        a.cli,
-        {"run", "--db", a.db, "--brokers", a.brokers, "--saga", a.saga, "--kafka-property", "log_level=3"},
-        logs + "/engine.log"};
-    const std::vector<std::string> common{"--db", a.db, "--brokers", a.brokers};
+    std::vector<std::string> engine_args{
+        "run", "--db", a.db, "--brokers", a.brokers, "--saga", a.saga, "--kafka-property", "log_level=3"};
+    std::vector<std::string> common{"--db", a.db, "--brokers", a.brokers};
+    for (const auto& property : a.consumer_properties) {
+        engine_args.insert(engine_args.end(), {"--kafka-property", property});
+        common.insert(common.end(), {"--consumer-property", property});
+    }
+    ChildProcess engine_process{a.cli, engine_args, logs + "/engine.log"};
     auto order_args = common;
     ChildProcess order{a.services + "/sagaflow-order-service", order_args, logs + "/order.log"};
     auto payment_args = common;
@@ -458,6 +481,7 @@ int main(int argc, char** argv) {
     std::map<std::string, Usage> before;
     for (const auto& [name, pid] : pids) before[name] = Measure(pid);
     const ServerCpu servers_before = MeasureServers();
+    const PgCounters pg_before = ReadPgCounters(conn);
 
     const long long checkpoints_before = Checkpoints(conn);
     std::vector<Phase> phases;
@@ -486,6 +510,7 @@ int main(int argc, char** argv) {
     std::map<std::string, Usage> after_closed;
     for (const auto& [name, pid] : pids) after_closed[name] = Measure(pid);
     const ServerCpu servers_after = MeasureServers();
+    const PgCounters pg_after = ReadPgCounters(conn);
     const int closed_completed = phases[0].started;
 
     // Open loop at fractions of the maximum.
@@ -551,7 +576,10 @@ int main(int argc, char** argv) {
         {"postgres_cpu_seconds_per_saga_closed_loop", (servers_after.postgres - servers_before.postgres) * per_saga},
         {"kafka_broker_cpu_seconds_per_saga_closed_loop", (servers_after.broker - servers_before.broker) * per_saga},
         {"machine_busy_cpu_seconds_per_saga_closed_loop", (servers_after.machine - servers_before.machine) * per_saga},
-        {"cores", std::thread::hardware_concurrency()}};
+        {"cores", std::thread::hardware_concurrency()},
+        {"postgres_commits_per_saga_closed_loop", (pg_after.commits - pg_before.commits) * per_saga},
+        {"postgres_wal_records_per_saga_closed_loop", (pg_after.wal_records - pg_before.wal_records) * per_saga},
+        {"postgres_wal_bytes_per_saga_closed_loop", (pg_after.wal_bytes - pg_before.wal_bytes) * per_saga}};
     const long long checkpoints = Checkpoints(conn) - checkpoints_before;
     {
         pqxx::read_transaction tx{conn};
@@ -560,7 +588,8 @@ int main(int argc, char** argv) {
                            {"max_wal_size", tx.exec1("SHOW max_wal_size")[0].as<std::string>()},
                            {"shared_buffers", tx.exec1("SHOW shared_buffers")[0].as<std::string>()},
                            {"checkpoints_during_phases", checkpoints},
-                           {"acks", "all (enforced by the relay)"}};
+                           {"acks", "all (enforced by the relay)"},
+                           {"consumer_properties", a.consumer_properties}};
     }
     std::ofstream(a.json) << out.dump(2) << "\n";
     std::cout << out.dump(2) << std::endl;
