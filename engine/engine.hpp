@@ -190,7 +190,7 @@ struct EngineMetrics {
     std::uint64_t sagas_parked = 0;
     std::uint64_t reply_duplicates = 0;  // dropped by the inbox
     std::uint64_t outbox_published = 0;
-    std::uint64_t relay_errors = 0;       // produce failures retried, batches rolled back
+    std::uint64_t relay_errors = 0;       // produce failures retried, batches left unmarked
     std::uint64_t consumer_restarts = 0;  // reply consumers replaced after a fatal Kafka error
     std::uint64_t database_stalls = 0;    // reply batches put back: the database could not take them
     std::map<std::string, StepLatency> step_latency;

@@ -10,7 +10,7 @@ namespace sagaflow::outbox {
 struct RelayMetrics {
     std::atomic<std::uint64_t> published{0};       // rows acknowledged by the broker and marked
     std::atomic<std::uint64_t> retried{0};         // rows whose produce failed and were scheduled again
-    std::atomic<std::uint64_t> failed_batches{0};  // batches rolled back (fatal producer error, shutdown)
+    std::atomic<std::uint64_t> failed_batches{0};  // batches left unmarked (fatal producer error, stall, shutdown)
     std::atomic<std::uint64_t> producer_restarts{0};
 };
 

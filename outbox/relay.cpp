@@ -30,6 +30,7 @@ constexpr auto kPending = RD_KAFKA_RESP_ERR__BEGIN;
 
 struct Slot {
     long long id = 0;
+    long long version = 0;  // the row's xmin (a 32-bit transaction id) when claimed
     std::string key;
     int attempts = 0;
     rd_kafka_resp_err_t err = kPending;
@@ -147,10 +148,11 @@ class NotifyReceiver final : public pqxx::notification_receiver {
 }  // namespace
 
 std::string RelayClaimStatement(bool after_position) {
-    // Each row also carries the claim's snapshot xmax (a suspect range's bound, see ClaimPosition).
+    // Each row also carries the claim's snapshot xmax (a suspect range's bound, see ClaimPosition)
+    // and the row version it read (xmin: the mark applies only to that version).
     const std::string columns =
         "SELECT id, event_id::text, topic, message_key, headers::text, payload::text, attempts, "
-        "pg_snapshot_xmax(pg_current_snapshot())::text "
+        "pg_snapshot_xmax(pg_current_snapshot())::text, xmin::text "
         "FROM outbox o WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ";
     // A row waits behind an earlier unpublished row of its key that the relay took before
     // (backing off, or re-armed: `attempts > 0`). `b.id + 0` keeps the planner on that small
@@ -159,8 +161,16 @@ std::string RelayClaimStatement(bool after_position) {
         "AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.published_at IS NULL "
         "AND (b.next_attempt_at IS NOT NULL OR b.attempts > 0) AND b.message_key = o.message_key "
         "AND b.id + 0 < o.id) ";
-    return columns + held_back + (after_position ? "AND o.id > $2 " : "") +
-           "ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED";
+    return columns + held_back + (after_position ? "AND o.id > $2 " : "") + "ORDER BY id LIMIT $1";
+}
+
+// The mark of a batch's delivered rows: $1 their ids, $2 the row versions the claim read. A row
+// changed since (re-armed by the engine while its publish was in flight) keeps its new state, and
+// a later full claim publishes it again.
+std::string RelayMarkStatement() {
+    return "UPDATE outbox o SET published_at = clock_timestamp(), attempts = o.attempts + 1 "
+           "FROM unnest($1::bigint[], $2::xid[]) AS c(id, seen) "
+           "WHERE o.id = c.id AND o.xmin = c.seen AND o.published_at IS NULL";
 }
 
 // The producer's properties: the user's, with idempotence and acks=all enforced.
@@ -223,12 +233,11 @@ class Relay::Impl {
                       "SELECT pg_snapshot_xmin(pg_current_snapshot()) < $3::text::xid8 OR EXISTS (SELECT 1 FROM "
                       "outbox WHERE id BETWEEN $1 AND $2 AND published_at IS NULL AND next_attempt_at IS NULL "
                       "AND attempts = 0)");
-        conn->prepare(
-            "mark",
-            "UPDATE outbox SET published_at = clock_timestamp(), attempts = attempts + 1 WHERE id = ANY($1::bigint[])");
+        conn->prepare("mark", RelayMarkStatement());
         conn->prepare("fail",
                       "UPDATE outbox SET attempts = attempts + 1, last_error = $2, "
-                      "next_attempt_at = now() + make_interval(secs => $3::double precision) WHERE id = $1");
+                      "next_attempt_at = now() + make_interval(secs => $3::double precision) "
+                      "WHERE id = $1 AND xmin = $4::xid AND published_at IS NULL");
         Wakeups wakeups;
         wakeups.schema = pqxx::nontransaction{*conn}.exec1("SELECT current_schema()")[0].as<std::string>();
         NotifyReceiver listener{*conn, wakeups};
@@ -258,7 +267,7 @@ class Relay::Impl {
                 position_.suspect || !position_.started || now - last_full_claim >= options_.poll_interval;
             if (full) last_full_claim = now;
             const int published = PublishBatch(*conn, full ? 0 : position_.position);
-            if (published < 0) {  // rolled back: a new producer, and the same rows again
+            if (published < 0) {  // left unmarked: a new producer, and the same rows again
                 detail::SleepUnless(stopping_, options_.initial_backoff);
                 continue;
             }
@@ -292,16 +301,22 @@ class Relay::Impl {
 
     // Claims rows with ids above `after` (0: from the first unpublished row); a row waits behind an
     // earlier row of its key that is backing off or re-armed (outbox_held). Returns the number of rows
-    // claimed (published or scheduled again), or -1 when the batch was rolled back (fatal
-    // producer error, or stopping with deliveries unacknowledged).
+    // claimed (published or scheduled again), or -1 when the batch was left unmarked (fatal
+    // producer error, stalled deliveries, or stopping with deliveries unacknowledged).
+    //
+    // No transaction stays open while the broker acknowledges: the claim and the mark are one
+    // statement each, and the mark applies to the row versions the claim read. The leader lock
+    // already makes this relay the only one publishing its schema's outbox; row locks held across
+    // the broker round trip added a lock record per row to the WAL, two round trips per batch, and
+    // an open transaction (holding back vacuum) for as long as a broker outage lasted.
     int PublishBatch(pqxx::connection& conn, long long after) {
-        pqxx::work tx{conn};
-        const auto rows = after == 0 ? tx.exec_prepared("claim_full", options_.batch_size)
-                                     : tx.exec_prepared("claim_after", options_.batch_size, after);
-        if (rows.empty()) {
-            tx.commit();
-            return 0;
+        pqxx::result rows;
+        {
+            pqxx::nontransaction tx{conn};
+            rows = after == 0 ? tx.exec_prepared("claim_full", options_.batch_size)
+                              : tx.exec_prepared("claim_after", options_.batch_size, after);
         }
+        if (rows.empty()) return 0;
         std::vector<Slot> slots(rows.size());
         std::unordered_set<std::string> blocked_keys;
         pending_ = 0;
@@ -309,6 +324,7 @@ class Relay::Impl {
             const auto& row = rows[static_cast<pqxx::result::size_type>(i)];
             Slot& slot = slots[i];
             slot.id = row[0].as<long long>();
+            slot.version = row[8].as<long long>();
             slot.key = row[3].as<std::string>();
             slot.attempts = row[6].as<int>();
             if (blocked_keys.count(slot.key) != 0) continue;  // an earlier row of this key failed
@@ -373,7 +389,6 @@ class Relay::Impl {
         // producer's failure, not the rows', and nothing may be marked failed.
         if (fatal.empty()) fatal = detail::FatalError(producer_.get());
         if (pending_ > 0 || !fatal.empty()) {
-            tx.abort();
             ++metrics_.failed_batches;
             if (!fatal.empty()) {
                 spdlog::error("relay: fatal producer error: {}; replacing the producer and publishing the batch again",
@@ -399,23 +414,44 @@ class Relay::Impl {
             return -1;
         }
         std::vector<long long> delivered;
+        std::vector<long long> versions;
+        bool failures = false;
         for (const auto& slot : slots) {
             if (slot.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 delivered.push_back(slot.id);
+                versions.push_back(slot.version);
             } else if (slot.err != kPending) {
+                failures = true;
+            }
+        }
+        // Delivered rows alone: one statement. With failed rows, one transaction for all.
+        const auto write = [&](pqxx::transaction_base& tx) {
+            for (const auto& slot : slots) {
+                if (slot.err == RD_KAFKA_RESP_ERR_NO_ERROR || slot.err == kPending) continue;
                 const double backoff = std::min(
                     static_cast<double>(options_.max_backoff.count()),
                     static_cast<double>(options_.initial_backoff.count()) * std::pow(2.0, std::min(slot.attempts, 20)));
-                tx.exec_prepared("fail", slot.id, detail::ErrorText(slot.err), backoff / 1000.0);
+                tx.exec_prepared("fail", slot.id, detail::ErrorText(slot.err), backoff / 1000.0, slot.version);
                 ++metrics_.retried;
                 spdlog::warn("relay: outbox row {} not published ({}); next attempt in {:.1f} s",
                              slot.id,
                              detail::ErrorText(slot.err),
                              backoff / 1000.0);
             }
+            return delivered.empty()
+                       ? 0
+                       : tx.exec_prepared("mark", store::BigintArray(delivered), store::BigintArray(versions))
+                             .affected_rows();
+        };
+        std::size_t marked = 0;
+        if (failures) {
+            pqxx::work tx{conn};
+            marked = write(tx);
+            tx.commit();
+        } else {
+            pqxx::nontransaction tx{conn};
+            marked = write(tx);
         }
-        const auto marked = tx.exec_prepared("mark", store::BigintArray(delivered)).affected_rows();
-        tx.commit();
         // A row skipped behind a failed row of its key was not claimed: it holds the position.
         std::vector<long long> claimed;
         claimed.reserve(slots.size());

@@ -3,12 +3,15 @@
 // producer and marks them published.
 //
 // Lifecycle: Start() spawns the relay thread; it connects to PostgreSQL, takes the relay leader
-// lock, LISTENs on `sagaflow_outbox` and loops: claim a batch (FOR UPDATE SKIP LOCKED, id order),
-// produce every row, wait for every delivery report, mark the delivered rows `published_at` and
-// the failed ones `attempts`/`last_error`/`next_attempt_at` in the same transaction, commit. With
-// nothing to do it sleeps until a NOTIFY or the poll interval. Stop() asks the thread to finish:
-// in-flight deliveries get `drain_timeout`; what is not acknowledged by then rolls back and is
-// published again later with the same event id (the consumers' inboxes drop the duplicate).
+// lock, LISTENs on `sagaflow_outbox` and loops: claim a batch (one statement, id order, no row
+// locks and no open transaction: the leader lock makes the relay the only publisher), produce
+// every row, wait for every delivery report, mark the delivered rows `published_at` and the failed
+// ones `attempts`/`last_error`/`next_attempt_at` (one statement, or one transaction when some
+// failed) — each row only if it is still the version the claim read: a row re-armed meanwhile
+// keeps its new state and goes out again. With nothing to do it sleeps until a NOTIFY or the poll
+// interval. Stop() asks the thread to finish: in-flight deliveries get `drain_timeout`; what is not
+// acknowledged by then stays unpublished and is published again later with the same event id (the
+// consumers' inboxes drop the duplicate).
 //
 // Ordering: one relay publishes at a time (a session advisory lock; other relays stand by and take
 // over within `poll_interval` when the leader's session ends). Rows go out in id order; a row that
@@ -35,10 +38,10 @@ struct RelayOptions {
     std::chrono::milliseconds poll_interval{500};
     std::chrono::milliseconds drain_timeout{10'000};
     // A batch whose delivery reports stop coming for this long (none acknowledged, none failed) is
-    // rolled back and published again by a new producer, under the same event ids: librdkafka
+    // left unmarked and published again by a new producer, under the same event ids: librdkafka
     // waits for a broker indefinitely here (message.timeout.ms=0), and a producer that never
-    // recovers from a broker restart would otherwise hold the relay's leader lock and every
-    // claimed row forever. A duplicate this may cause carries the same id and bytes.
+    // recovers from a broker restart would otherwise hold the relay's leader lock forever. A duplicate this may cause
+    // carries the same id and bytes.
     std::chrono::milliseconds stall_timeout{30'000};
     std::chrono::milliseconds initial_backoff{500};
     std::chrono::milliseconds max_backoff{60'000};
@@ -49,10 +52,14 @@ struct RelayOptions {
 KafkaProperties RelayProducerProperties(const RelayOptions& options);
 
 // The statement a relay claims with, on the outbox of the session's schema: unpublished rows that
-// are due and not held back behind an earlier row of their key, in id order, `LIMIT $1 FOR UPDATE
-// SKIP LOCKED`; with `after_position` only ids above `$2`. Public so a diagnosis can ask exactly
-// what the relay would take now (in a transaction it rolls back).
+// are due and not held back behind an earlier row of their key, in id order, `LIMIT $1`; with
+// `after_position` only ids above `$2`. Columns: id, event_id, topic, message_key, headers,
+// payload, attempts, the snapshot's xmax, the row's xmin. Public so a diagnosis can ask exactly
+// what the relay would take now.
 std::string RelayClaimStatement(bool after_position);
+// The relay's mark: `published_at` for the rows of ids `$1` (bigint[]) that are still the versions
+// `$2` (xid[], the claim's xmin column) and unpublished. Public for its test.
+std::string RelayMarkStatement();
 
 class Relay {
   public:

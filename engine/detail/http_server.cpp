@@ -599,7 +599,7 @@ HttpServer::Response HttpServer::Metrics() {
         << g.oldest_unpublished_seconds << "\n";
     counter("sagaflow_inbox_duplicates_total", "Replies dropped by the inbox as duplicates.", m.reply_duplicates);
     counter("sagaflow_relay_errors_total",
-            "Outbox produce failures retried and relay batches rolled back.",
+            "Outbox produce failures retried and relay batches left unmarked (published again).",
             m.relay_errors);
     counter("sagaflow_sagas_started_total", "Sagas started by this engine.", m.sagas_started);
     counter("sagaflow_sagas_parked_total", "Sagas this engine parked as failed.", m.sagas_parked);

@@ -64,8 +64,7 @@ void DumpForDiagnosis(const testing::ExampleRig& rig, const std::map<std::string
             }
         }
         // What a relay's full claim would take now: the relay's own statement (outbox::
-        // RelayClaimStatement, SKIP LOCKED: a row another transaction holds is skipped), in a
-        // transaction rolled back at once.
+        // RelayClaimStatement; it writes nothing), in a transaction rolled back at once.
         try {
             pqxx::connection probe{rig.DbUrl()};
             for (const auto& schema : pqxx::nontransaction{probe}.exec(

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <future>
 #include <map>
 #include <pqxx/pqxx>
 #include <random>
@@ -182,6 +183,77 @@ TEST_CASE("a row that commits late and a re-armed row go out before the later ro
     CHECK(seqs["rearmed"] == std::vector<int>{0, 0, 1, 2, 3});
     CHECK(seqs["other"].size() == 100);
     CHECK(testing::AuditEventStream(records).changed_duplicates == 0);
+}
+
+TEST_CASE(
+    "the relay's mark leaves a row re-armed after its claim due, whether the re-arm committed before or during it") {
+    // The relay holds no row locks while the broker acknowledges: its mark applies only to the row
+    // versions its claim read. An engine that re-arms a command meanwhile must not see its re-arm
+    // overwritten by "published".
+    ScratchDatabase db;
+    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+    const std::string topic = UniqueName("relay-mark");
+    std::vector<std::string> event_ids;
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        for (const std::string key : {"before", "during", "untouched"})
+            event_ids.push_back(outbox::Enqueue(tx, topic, key, TestEvent({{"key", key}})));
+        tx.commit();
+    }
+    pqxx::connection relay_conn{db.Url()};
+    std::string ids, versions;
+    {
+        pqxx::nontransaction tx{relay_conn};
+        const auto claimed = tx.exec_params(outbox::RelayClaimStatement(false), 10);
+        REQUIRE(claimed.size() == 3);
+        for (const auto& row : claimed) {
+            ids += (ids.empty() ? "{" : ",") + row[0].as<std::string>();
+            versions += (versions.empty() ? "{" : ",") + row[8].as<std::string>();
+        }
+        ids += "}";
+        versions += "}";
+    }
+    // "before": re-armed and committed between the claim and the mark.
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        REQUIRE(outbox::Rearm(tx, event_ids[0]));
+        tx.commit();
+    }
+    // "during": re-armed by a transaction still open when the mark runs; the mark waits for it.
+    pqxx::connection during_conn{db.Url()};
+    pqxx::work during{during_conn};
+    REQUIRE(outbox::Rearm(during, event_ids[1]));
+    auto mark = std::async(std::launch::async, [&] {
+        pqxx::nontransaction tx{relay_conn};
+        return tx.exec_params(outbox::RelayMarkStatement(), ids, versions).affected_rows();
+    });
+    REQUIRE(mark.wait_for(std::chrono::milliseconds(500)) == std::future_status::timeout);  // waits on the row
+    during.commit();
+    CHECK(mark.get() == 1);
+
+    const auto state = [&](const std::string& event_id) {
+        return Count(db.Url(),
+                     "SELECT CASE WHEN published_at IS NOT NULL THEN 1 WHEN next_attempt_at IS NOT NULL THEN 2 "
+                     "ELSE 0 END FROM outbox WHERE event_id = '" +
+                         event_id + "'");
+    };
+    CHECK(state(event_ids[0]) == 2);  // due again, not marked published
+    CHECK(state(event_ids[1]) == 2);
+    CHECK(state(event_ids[2]) == 1);  // the row nobody touched is marked
+
+    // And the relay publishes the re-armed rows.
+    testing::CreateTopic(KafkaBrokers(), topic, 1);
+    outbox::Relay relay{RelayFor(db.Url())};
+    relay.Start();
+    REQUIRE(WaitFor([&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL") == 0; },
+                    std::chrono::seconds(30)));
+    relay.Stop();
+    const auto records = testing::ReadTopic(KafkaBrokers(), topic, 2, std::chrono::seconds(30));
+    std::set<std::string> keys;
+    for (const auto& record : records) keys.insert(record.key);
+    CHECK(keys == std::set<std::string>{"before", "during"});
 }
 
 TEST_CASE("a row that commits after the relay's first claim took later ids goes out before the later rows of its key") {
