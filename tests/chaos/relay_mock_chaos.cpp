@@ -170,9 +170,7 @@ TEST_CASE("a batch whose deliveries stall is published again by a new producer, 
     CHECK(seconds < 50);  // not the 60 s request timeout, nor the 120 s answer
     CHECK(relay.Metrics().producer_restarts.load() >= 1);
     // Marked once each: the stalled batch was left unmarked, and the new producer's
-    // deliveries marked every row. (The topic is not read back here: the mock broker that delays
-    // the produce answer is also the group coordinator, and a reader's group requests time out
-    // behind it; the first test case checks ids on the topic.)
+    // deliveries marked every row. (The first test case checks ids on the topic.)
     pqxx::connection check{mock.db.Url()};
     pqxx::read_transaction tx{check};
     CHECK(tx.exec1("SELECT count(*) FROM outbox WHERE attempts <> 1")[0].as<long long>() == 0);
