@@ -170,11 +170,20 @@ TEST_CASE("a batch whose deliveries stall is published again by a new producer, 
     CHECK(seconds < 50);  // not the 60 s request timeout, nor the 120 s answer
     CHECK(relay.Metrics().producer_restarts.load() >= 1);
     // Marked once each: the stalled batch was left unmarked, and the new producer's
-    // deliveries marked every row. (The first test case checks ids on the topic.)
-    pqxx::connection check{mock.db.Url()};
-    pqxx::read_transaction tx{check};
-    CHECK(tx.exec1("SELECT count(*) FROM outbox WHERE attempts <> 1")[0].as<long long>() == 0);
-    MESSAGE("published in " << seconds << " s, restarts: " << relay.Metrics().producer_restarts.load());
+    // deliveries marked every row.
+    {
+        pqxx::connection check{mock.db.Url()};
+        pqxx::read_transaction tx{check};
+        CHECK(tx.exec1("SELECT count(*) FROM outbox WHERE attempts <> 1")[0].as<long long>() == 0);
+    }
+    // On the topic: every row under its one event id; whatever the stalled request wrote as well
+    // is the same event, byte for byte.
+    const auto records = testing::ReadTopic(mock.brokers, mock.topic, 0, std::chrono::seconds(60));
+    const auto stream = testing::AuditEventStream(records);
+    CHECK(stream.value_of.size() == static_cast<std::size_t>(kRows));
+    CHECK(stream.changed_duplicates == 0);
+    MESSAGE("published in " << seconds << " s, restarts: " << relay.Metrics().producer_restarts.load()
+                            << ", records: " << records.size());
 }
 
 TEST_CASE("a dead letter the broker refuses is produced again, not dropped with its offset committed") {
