@@ -413,29 +413,34 @@ class Relay::Impl {
             producer_.reset();
             return -1;
         }
+        // One pass sorts the slots: delivered (to mark, at the versions claimed), failed (to
+        // schedule again), and claimed — a row skipped behind a failed row of its key was not
+        // claimed: it holds the position.
         std::vector<long long> delivered;
         std::vector<long long> versions;
-        bool failures = false;
+        std::vector<const Slot*> failed;
+        std::vector<long long> claimed;
         for (const auto& slot : slots) {
+            if (slot.err == kPending) continue;
+            claimed.push_back(slot.id);
             if (slot.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 delivered.push_back(slot.id);
                 versions.push_back(slot.version);
-            } else if (slot.err != kPending) {
-                failures = true;
+            } else {
+                failed.push_back(&slot);
             }
         }
         // Delivered rows alone: one statement. With failed rows, one transaction for all.
         const auto write = [&](pqxx::transaction_base& tx) {
-            for (const auto& slot : slots) {
-                if (slot.err == RD_KAFKA_RESP_ERR_NO_ERROR || slot.err == kPending) continue;
-                const double backoff = std::min(
-                    static_cast<double>(options_.max_backoff.count()),
-                    static_cast<double>(options_.initial_backoff.count()) * std::pow(2.0, std::min(slot.attempts, 20)));
-                tx.exec_prepared("fail", slot.id, detail::ErrorText(slot.err), backoff / 1000.0, slot.version);
+            for (const Slot* slot : failed) {
+                const double backoff = std::min(static_cast<double>(options_.max_backoff.count()),
+                                                static_cast<double>(options_.initial_backoff.count()) *
+                                                    std::pow(2.0, std::min(slot->attempts, 20)));
+                tx.exec_prepared("fail", slot->id, detail::ErrorText(slot->err), backoff / 1000.0, slot->version);
                 ++metrics_.retried;
                 spdlog::warn("relay: outbox row {} not published ({}); next attempt in {:.1f} s",
-                             slot.id,
-                             detail::ErrorText(slot.err),
+                             slot->id,
+                             detail::ErrorText(slot->err),
                              backoff / 1000.0);
             }
             return delivered.empty()
@@ -444,19 +449,13 @@ class Relay::Impl {
                              .affected_rows();
         };
         std::size_t marked = 0;
-        if (failures) {
+        if (failed.empty()) {
+            pqxx::nontransaction tx{conn};
+            marked = write(tx);
+        } else {
             pqxx::work tx{conn};
             marked = write(tx);
             tx.commit();
-        } else {
-            pqxx::nontransaction tx{conn};
-            marked = write(tx);
-        }
-        // A row skipped behind a failed row of its key was not claimed: it holds the position.
-        std::vector<long long> claimed;
-        claimed.reserve(slots.size());
-        for (const auto& slot : slots) {
-            if (slot.err != kPending) claimed.push_back(slot.id);
         }
         position_.Claimed(claimed,
                           std::stoull(rows[0][7].as<std::string>()),

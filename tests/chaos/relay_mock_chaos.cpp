@@ -154,6 +154,35 @@ TEST_CASE("a fatal producer error replaces the producer; the batch is published 
     MESSAGE("records: " << records.size() << ", restarts: " << relay.Metrics().producer_restarts.load());
 }
 
+TEST_CASE("rows the broker refuses are scheduled again with their error and go out later, in key order") {
+    constexpr int kRows = 40;
+    MockSetup mock{"mock-refused", 1, 1, kRows, 4};
+    // The first produce request is refused with an error librdkafka does not retry: every row in
+    // it fails delivery, and the relay records the error and backs off (the failed rows and the
+    // mark of any delivered ones in one transaction).
+    rd_kafka_mock_push_request_errors(mock.cluster, kProduceApiKey, 1, RD_KAFKA_RESP_ERR_INVALID_RECORD);
+    auto options = mock.Relay({{"log_level", "2"}});
+    options.initial_backoff = std::chrono::milliseconds(200);
+    outbox::Relay relay{options};
+    CHECK(mock.PublishAll(relay, std::chrono::seconds(60)) == 0);
+    CHECK(relay.Metrics().retried.load() >= 1);
+    {
+        pqxx::connection check{mock.db.Url()};
+        pqxx::read_transaction tx{check};
+        // The refused rows keep their error, counted as a second attempt once published.
+        const auto refused =
+            tx.exec1("SELECT count(*), count(*) FILTER (WHERE attempts = 2) FROM outbox WHERE last_error IS NOT NULL");
+        CHECK(refused[0].as<long long>() >= 1);
+        CHECK(refused[1].as<long long>() == refused[0].as<long long>());
+        CHECK(tx.exec1("SELECT count(*) FROM outbox WHERE last_error IS NULL AND attempts <> 1")[0].as<long long>() ==
+              0);
+    }
+    const auto records = testing::ReadTopic(mock.brokers, mock.topic, kRows, std::chrono::seconds(60));
+    const auto stream = testing::AuditEventStream(records);
+    CHECK(stream.value_of.size() == static_cast<std::size_t>(kRows));
+    CHECK(stream.out_of_order == 0);  // a refused row held back the later rows of its key
+}
+
 TEST_CASE("a batch whose deliveries stall is published again by a new producer, under the same ids") {
     constexpr int kRows = 50;
     MockSetup mock{"mock-stall", 1, 1, kRows, 1};

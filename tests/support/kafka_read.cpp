@@ -14,9 +14,9 @@ std::vector<ReadRecord> ReadTopic(const std::string& brokers,
                                   std::size_t expected,
                                   std::chrono::seconds timeout) {
     using namespace outbox::detail;
-    // Partitions assigned directly, from the first offset: no consumer group, so a group
-    // coordinator that is busy or stuck (the mock cluster's, after a test's own consumer left its
-    // group) cannot keep the reader from the records.
+    // Partitions assigned directly, from the first offset: nothing joins a consumer group (the
+    // group.id only names the client), so a group coordinator that is busy or stuck (the mock
+    // cluster's, after a test's own consumer left its group) cannot keep the reader from the records.
     auto consumer = MakeClient(RD_KAFKA_CONSUMER,
                                MakeConf({{"bootstrap.servers", brokers},
                                          {"group.id", UniqueName("reader")},
