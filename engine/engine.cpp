@@ -453,35 +453,68 @@ class Engine::Impl {
         });
     }
 
-    RetryResult RetrySaga(const std::string& saga_id) {
+    // An operator's action on one saga: `act` runs under the saga's row lock in a transaction it
+    // commits; Result::Status::kNotFound when there is no saga of that id.
+    template <typename Result, typename Act>
+    Result OnLockedSaga(const std::string& saga_id, Act act) {
         RequireStarted();
-        RetryResult result;
-        if (!store::IsUuid(saga_id)) {
-            result.status = RetryResult::Status::kNotFound;
-            result.message = "no saga " + saga_id;
-            return result;
-        }
-        result = parts_.pool->RunBlocking([&](pqxx::connection& conn) {
+        Result none;
+        none.status = Result::Status::kNotFound;
+        none.message = "no saga " + saga_id;
+        if (!store::IsUuid(saga_id)) return none;
+        return parts_.pool->RunBlocking([&](pqxx::connection& conn) {
             pqxx::work tx{conn};
-            RetryResult r;
             const auto saga = detail::LockSaga(tx, saga_id, LockMode::kWait);
-            if (!saga) {
-                r.status = RetryResult::Status::kNotFound;
-                r.message = "no saga " + saga_id;
-                return r;
-            }
-            if (saga->state.status != machine::SagaStatus::kFailed) {
+            return saga ? act(tx, *saga) : none;
+        });
+    }
+
+    RetryResult RetrySaga(const std::string& saga_id) {
+        const auto result = OnLockedSaga<RetryResult>(saga_id, [&](pqxx::work& tx, const LoadedSaga& saga) {
+            RetryResult r;
+            if (saga.state.status != machine::SagaStatus::kFailed) {
                 r.status = RetryResult::Status::kNotParked;
-                r.message = "saga " + saga_id + " is " + std::string(machine::ToString(saga->state.status)) +
+                r.message = "saga " + saga_id + " is " + std::string(machine::ToString(saga.state.status)) +
                             "; only a saga parked as failed can be retried";
                 return r;
             }
-            const std::string step = detail::ReopenParked(tx, *saga);
+            const std::string step = detail::ReopenParked(tx, saga);
             tx.commit();
             r.message = "step '" + step + "' gets one more attempt now";
             return r;
         });
         if (result.status == RetryResult::Status::kResumed) Poke(std::chrono::milliseconds(0));
+        return result;
+    }
+
+    CancelResult CancelSaga(const std::string& saga_id, const std::string& reason) {
+        detail::Effects effects;
+        const auto result = OnLockedSaga<CancelResult>(saga_id, [&](pqxx::work& tx, const LoadedSaga& saga) {
+            CancelResult r;
+            const auto definition = Definition(tx, saga.saga_type, saga.definition_hash);
+            const auto decision = machine::Decide(*definition, saga.state, machine::Cancel{reason});
+            r.saga_status = std::string(machine::ToString(decision.state.status));
+            if (!decision.ignored.empty()) {
+                const bool undoing = saga.state.status == machine::SagaStatus::kCompensating ||
+                                     saga.state.status == machine::SagaStatus::kCompensated;
+                r.status = undoing ? CancelResult::Status::kAlreadyCompensating : CancelResult::Status::kNotCancellable;
+                r.message = "saga " + saga_id + " cannot be cancelled: " + decision.ignored;
+                return r;
+            }
+            const auto& step = definition->steps[saga.state.current_step];
+            const auto* action = saga.state.Find(step.name, machine::Phase::kAction);
+            nlohmann::json detail = nlohmann::json::object();
+            if (!reason.empty()) detail["reason"] = reason;
+            effects = PersistLocked(
+                tx, *definition, saga, decision, {{"cancelled", step.name, "action", action->attempt, {}, detail}});
+            tx.commit();
+            r.message = "step '" + step.name + "' and the steps before it are being compensated";
+            return r;
+        });
+        if (result.status == CancelResult::Status::kCancelled) {
+            spdlog::info("saga {} cancelled{}", saga_id, reason.empty() ? "" : ": " + reason);
+            Poke(effects.next_timer);
+        }
         return result;
     }
 
@@ -869,6 +902,10 @@ SagaPage Engine::ListSagas(const ListQuery& query) {
 
 RetryResult Engine::RetrySaga(const std::string& saga_id) {
     return impl_->RetrySaga(saga_id);
+}
+
+CancelResult Engine::CancelSaga(const std::string& saga_id, const std::string& reason) {
+    return impl_->CancelSaga(saga_id, reason);
 }
 
 EngineGauges Engine::ReadGauges() {

@@ -99,8 +99,9 @@ struct StepPhaseRecord {
 };
 
 struct TimelineEntry {
-    std::string at;    // RFC 3339
-    std::string kind;  // started | dispatched | resent | reply | timeout | retry-scheduled | finished | ignored
+    std::string at;  // RFC 3339
+    std::string
+        kind;  // started | dispatched | resent | reply | timeout | retry-scheduled | cancelled | finished | ignored
     std::string step_name, phase;
     int attempt = 0;
     std::string event_id;
@@ -163,6 +164,13 @@ struct SagaPage {
 struct RetryResult {
     enum class Status { kResumed, kNotFound, kNotParked };
     Status status = Status::kResumed;
+    std::string message;
+};
+
+struct CancelResult {
+    enum class Status { kCancelled, kAlreadyCompensating, kNotFound, kNotCancellable };
+    Status status = Status::kCancelled;
+    std::string saga_status;  // the saga's status after the call (empty if not found)
     std::string message;
 };
 
@@ -230,6 +238,13 @@ class Engine {
     // Resumes a saga parked as `failed`: the phase that gave up gets one more attempt, now, with
     // the same command event id (operators; POST /v1/sagas/{id}/retry).
     RetryResult RetrySaga(const std::string& saga_id);
+    // Calls off a saga before its point of no return: the step in flight is compensated (it may
+    // have taken effect; a participant turns a compensation that overtakes its action into a null
+    // compensation and refuses the action), then the completed steps, newest first; the saga ends
+    // `compensated`. Refused (kNotCancellable, saying why) once a pivot or retriable step has been
+    // reached, or after the end; a saga already compensating or compensated — a repeated cancel —
+    // answers kAlreadyCompensating. `reason` goes into the timeline (POST /v1/sagas/{id}/cancel).
+    CancelResult CancelSaga(const std::string& saga_id, const std::string& reason);
 
     EngineMetrics Metrics() const;
     EngineGauges ReadGauges();

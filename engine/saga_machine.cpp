@@ -246,6 +246,35 @@ class Machine {
             Dispatch{phase->step_name, phase->phase, phase->attempt, def_.steps[*index].timeout});
     }
 
+    void On(const Cancel&) {
+        if (Terminal(S().status) || S().status == SagaStatus::kCompensating) {
+            Ignore("the saga is already " + std::string(ToString(S().status)));
+            return;
+        }
+        if (S().phases.empty()) {
+            Ignore("the saga has not begun");
+            return;
+        }
+        // Reached in order: the first pivot or retriable step is the point of no return.
+        for (std::size_t i = 0; i <= S().current_step && i < def_.steps.size(); ++i) {
+            const auto& step = def_.steps[i];
+            if (step.kind == StepKind::kCompensatable) continue;
+            Ignore("step '" + step.name + "' is " + (step.kind == StepKind::kPivot ? "the pivot" : "retriable") +
+                   (i == S().current_step ? " and in flight" : " and has succeeded") +
+                   ": the saga is past its point of no return and can only complete");
+            return;
+        }
+        StepPhaseState* current = S().Find(def_.steps[S().current_step].name, Phase::kAction);
+        if (current == nullptr || current->status != StepStatus::kDispatched) {
+            Ignore("step '" + def_.steps[S().current_step].name + "' is not in flight");
+            return;
+        }
+        current->status = StepStatus::kFailed;
+        current->awaiting_retry = false;
+        current->outcome_unknown = true;  // it may take effect yet: undo it too
+        CompensateBelow(S().current_step + 1);
+    }
+
     const SagaDefinition& def_;
     Decision decision_;
 };

@@ -67,7 +67,16 @@ struct RetryDue {  // the backoff before the next attempt of (step, phase) elaps
     Phase phase = Phase::kAction;
     int attempt = 1;  // the attempt to send now
 };
-using Event = std::variant<Begin, Reply, Timeout, RetryDue>;
+// An operator or the application calls the saga off. Only a saga still running before its point of
+// no return can be cancelled: the step in flight is treated as an action whose outcome is unknown
+// (compensated first: a participant records a compensation that arrives before its action as a null
+// compensation and refuses the late action), then the completed steps, newest first. Refused
+// (`ignored` says why) once a pivot or retriable step has been reached, while compensating, or
+// when the saga has ended.
+struct Cancel {
+    std::string reason;
+};
+using Event = std::variant<Begin, Reply, Timeout, RetryDue, Cancel>;
 
 // Commands.
 struct Dispatch {  // send the step phase's command (a new row, or a resend of the same event)

@@ -70,6 +70,23 @@ Response Json(unsigned status, const nlohmann::json& body) {
     return {status, "application/json", Dump(body), {}};
 }
 
+// The body as a JSON object in UTF-8; otherwise the 400 that says what it is instead.
+std::optional<Response> ParseObject(const std::string& text, nlohmann::json& body) {
+    try {
+        body = nlohmann::json::parse(text);
+        static_cast<void>(body.dump());  // nlohmann checks UTF-8 when it serialises
+    } catch (const nlohmann::json::exception& e) {
+        return Problem(
+            400, "malformed-json", "Malformed JSON", std::string("the body is not JSON in UTF-8: ") + e.what());
+    }
+    if (!body.is_object()) return Problem(400, "malformed-json", "Malformed JSON", "the body must be a JSON object");
+    return std::nullopt;
+}
+
+Response UnsupportedMediaType() {
+    return Problem(415, "unsupported-media-type", "Unsupported media type", "send Content-Type: application/json");
+}
+
 std::vector<std::string> Segments(const std::string& path) {
     std::vector<std::string> out;
     std::string part;
@@ -418,6 +435,11 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
                 return Problem(409, "saga-not-parked", "Saga not parked", result.message);
         }
     }
+    if (segments.size() == 4 && segments[3] == "cancel") {
+        if (method != http::verb::post) return not_allowed("POST");
+        if (!operator_allowed) return forbidden();
+        return CancelSaga(request, third, client);
+    }
     return Problem(404, "not-found", "Not found", "no resource at " + request.path);
 }
 
@@ -472,6 +494,58 @@ std::optional<Response> AnswerFromRecord(
 }  // namespace
 
 // POST /v1/sagas/{type}: the Idempotency-Key protocol (rule R-DIST-IDEM-3).
+// POST /v1/sagas/{id}/cancel, with an optional body {"reason": "..."}. Answers by the saga's state,
+// so a client may repeat it: 202 when this call cancelled it, 200 when it is compensating or
+// compensated already, 409 past its point of no return or after its end.
+HttpServer::Response HttpServer::CancelSaga(const Request& request,
+                                            const std::string& saga_id,
+                                            const std::string& client) {
+    const auto& m = request.message;
+    std::string reason;
+    if (!m.body().empty()) {
+        const std::string content_type(m[http::field::content_type]);
+        if (content_type.rfind("application/json", 0) != 0) return UnsupportedMediaType();
+        nlohmann::json body;
+        if (auto problem = ParseObject(m.body(), body)) return std::move(*problem);
+        const auto invalid = [](const std::string& field, const std::string& message) {
+            return Problem(422,
+                           "invalid-input",
+                           "Invalid input",
+                           "the body may only have \"reason\", a string of up to 1000 bytes",
+                           {{"errors", {{{"path", field}, {"message", message}}}}});
+        };
+        for (const auto& [key, value] : body.items()) {
+            if (key != "reason") return invalid(key, "unknown field");
+            if (!value.is_string() || value.get_ref<const std::string&>().size() > 1000) {
+                return invalid(key, "must be a string of up to 1000 bytes");
+            }
+            reason = value.get<std::string>();
+        }
+    }
+    if (!client.empty()) reason = reason.empty() ? "by " + client : reason + " (by " + client + ")";
+    const auto result = engine_.CancelSaga(saga_id, reason);
+    const nlohmann::json answer{{"sagaId", saga_id},
+                                {"status", result.saga_status},
+                                {"detail", result.message},
+                                {"links", {{"self", "/v1/sagas/" + saga_id}}}};
+    switch (result.status) {
+        case CancelResult::Status::kCancelled:
+            return Json(202, answer);
+        case CancelResult::Status::kAlreadyCompensating:
+            return Json(200, answer);
+        case CancelResult::Status::kNotFound:
+            return Problem(404, "saga-not-found", "Saga not found", result.message);
+        case CancelResult::Status::kNotCancellable:
+            return Problem(409,
+                           "saga-not-cancellable",
+                           "Saga not cancellable",
+                           result.message,
+                           {{"sagaStatus", result.saga_status}});
+    }
+    return Problem(500, "internal-error", "Internal error", "unexpected cancel result");
+}
+
+// POST /v1/sagas/{type}: the Idempotency-Key protocol (rule R-DIST-IDEM-3).
 HttpServer::Response HttpServer::StartSaga(const Request& request, const std::string& type, const std::string& client) {
     const auto& m = request.message;
     if (!ValidSagaType(type) || !EngineInternals::KnowsType(engine_, type)) {
@@ -492,18 +566,9 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
                        "the key must be 1-255 visible ASCII characters");
     }
     const std::string content_type(m[http::field::content_type]);
-    if (content_type.rfind("application/json", 0) != 0) {
-        return Problem(415, "unsupported-media-type", "Unsupported media type", "send Content-Type: application/json");
-    }
+    if (content_type.rfind("application/json", 0) != 0) return UnsupportedMediaType();
     nlohmann::json body;
-    try {
-        body = nlohmann::json::parse(m.body());
-        static_cast<void>(body.dump());  // nlohmann checks UTF-8 when it serialises
-    } catch (const nlohmann::json::exception& e) {
-        return Problem(
-            400, "malformed-json", "Malformed JSON", std::string("the body is not JSON in UTF-8: ") + e.what());
-    }
-    if (!body.is_object()) return Problem(400, "malformed-json", "Malformed JSON", "the body must be a JSON object");
+    if (auto problem = ParseObject(m.body(), body)) return std::move(*problem);
     nlohmann::json input = body;
     // Checked before the key is claimed: a 422 needs no database work and is not stored (the same
     // body always fails the same way). The start uses this definition and the input with its defaults.

@@ -34,6 +34,7 @@ class HttpServer {
     void Accept();
     Response Handle(const Request& request);  // on a worker thread
     Response StartSaga(const Request& request, const std::string& type, const std::string& client);
+    Response CancelSaga(const Request& request, const std::string& saga_id, const std::string& client);
     Response Metrics();
     Response Ready();
 

@@ -28,7 +28,8 @@ namespace {
 
 std::unique_ptr<Engine> HttpEngine(const Rig& rig,
                                    std::map<std::string, std::string> tokens = {},
-                                   int max_connections = 256) {
+                                   int max_connections = 256,
+                                   const std::string& step_timeout = "2s") {
     auto config = rig.Config();
     config.http.enabled = true;
     config.http.port = 0;
@@ -36,7 +37,7 @@ std::unique_ptr<Engine> HttpEngine(const Rig& rig,
     config.http.tokens = std::move(tokens);
     config.http.max_connections = max_connections;
     auto engine = std::make_unique<Engine>(config);
-    engine->RegisterDefinition(rig.Yaml(), "itest.yaml");
+    engine->RegisterDefinition(rig.Yaml(1, "Notify.v1", step_timeout), "itest.yaml");
     engine->Start();
     REQUIRE(engine->HttpPort() > 0);
     return engine;
@@ -349,6 +350,87 @@ TEST_CASE("reading sagas, paging, operator retry, metrics and health") {
     const auto ready = HttpRequest(port, "GET", "/readyz");
     CHECK(ready.status == 200);
     CHECK(ready.Json() == nlohmann::json{{"postgresql", "up"}, {"kafka", "up"}});
+}
+
+TEST_CASE("cancel: the step in flight and the steps before it are compensated; past the pivot it is refused") {
+    Rig rig;
+    // Holds back the answer to the action named after "hold-" in the item: that step stays in flight.
+    auto participant = rig.Participant([](const testing::ReceivedCommand& c) {
+        const std::string item = c.data.value("item", std::string());
+        if (c.phase == "action" && item.rfind("hold-" + c.step_name + "/", 0) == 0) {
+            return std::vector<testing::ScriptedReply>{};
+        }
+        return testing::Default(c);
+    });
+    // Step timeouts far beyond the test: only the cancel can end the held step.
+    auto engine = HttpEngine(rig, {}, 256, "5m");
+    const int port = engine->HttpPort();
+    const auto received = [&](const std::string& saga_id, const std::string& step) {
+        return WaitFor(
+            [&] {
+                for (const auto& c : participant->Received()) {
+                    if (c.saga_id == saga_id && c.step_name == step && c.phase == "action") return true;
+                }
+                return false;
+            },
+            std::chrono::seconds(30));
+    };
+    const auto cancel = [&](const std::string& saga_id, const std::string& body = {}) {
+        std::map<std::string, std::string> h;
+        if (!body.empty()) h["Content-Type"] = "application/json";
+        return HttpRequest(port, "POST", "/v1/sagas/" + saga_id + "/cancel", h, body);
+    };
+
+    const auto held = Post(port, "c1", R"({"item":"hold-charge/x/1"})").Json()["sagaId"].get<std::string>();
+    REQUIRE(received(held, "charge"));
+    const auto cancelled = cancel(held, R"({"reason":"customer called"})");
+    CHECK(cancelled.status == 202);
+    CHECK(cancelled.Json()["status"] == "compensating");
+    REQUIRE(WaitFor([&] { return HttpRequest(port, "GET", "/v1/sagas/" + held).Json()["status"] == "compensated"; },
+                    std::chrono::seconds(30)));
+    // The charge may have taken effect: it is refunded first, then the reservation released.
+    CHECK(testing::Sequence(participant->Received(), held) ==
+          std::vector<std::string>{"reserve:action", "charge:action", "charge:compensation", "reserve:compensation"});
+    int charges = 0;
+    for (const auto& c : participant->Received()) {
+        if (c.saga_id == held && c.step_name == "charge" && c.phase == "action") ++charges;
+    }
+    CHECK(charges == 1);  // never resent
+    const auto saga = HttpRequest(port, "GET", "/v1/sagas/" + held).Json();
+    int entries = 0;
+    for (const auto& entry : saga["timeline"]) {
+        if (entry["kind"] != "cancelled") continue;
+        ++entries;
+        CHECK(entry["step"] == "charge");
+        CHECK(entry["detail"]["reason"] == "customer called");
+    }
+    CHECK(entries == 1);
+    // Repeated: answered by the state, nothing more happens.
+    const auto again = cancel(held);
+    CHECK(again.status == 200);
+    CHECK(again.Json()["status"] == "compensated");
+
+    // Past the pivot (confirm succeeded, notify in flight): refused, the saga runs on.
+    const auto late = Post(port, "c2", R"({"item":"hold-notify/x/2"})").Json()["sagaId"].get<std::string>();
+    REQUIRE(received(late, "notify"));
+    const auto refused = cancel(late);
+    CHECK(refused.status == 409);
+    CHECK(ProblemType(refused) == "saga-not-cancellable");
+    CHECK(refused.Json()["sagaStatus"] == "running");
+    CHECK(refused.Json()["detail"].get<std::string>().find("the pivot and has succeeded") != std::string::npos);
+    CHECK(HttpRequest(port, "GET", "/v1/sagas/" + late).Json()["status"] == "running");
+
+    // Bad requests.
+    CHECK(ProblemType(cancel("01890000-0000-7000-8000-000000000000")) == "saga-not-found");
+    CHECK(cancel("not-an-id").status == 404);
+    CHECK(ProblemType(cancel(late, "{reason")) == "malformed-json");
+    const auto unknown_field = cancel(late, R"({"reason":"x","force":true})");
+    CHECK(unknown_field.status == 422);
+    CHECK(unknown_field.Json()["errors"][0]["path"] == "force");
+    CHECK(cancel(late, R"({"reason":7})").status == 422);
+    CHECK(HttpRequest(port, "POST", "/v1/sagas/" + late + "/cancel", {{"Content-Type", "text/plain"}}, "x").status ==
+          415);
+    CHECK(HttpRequest(port, "GET", "/v1/sagas/" + late + "/cancel").status == 405);
 }
 
 TEST_CASE("bearer tokens: 401 without, 403 for non-operators, keys scoped per client") {

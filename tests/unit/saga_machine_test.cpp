@@ -276,3 +276,71 @@ TEST_CASE("a participant's 'retry' answer, a reply during the backoff, and timer
         CHECK(run.state.status == SagaStatus::kCompleted);
     }
 }
+
+TEST_CASE("cancel: before the point of no return the step in flight and the completed steps are undone") {
+    SUBCASE("during the second step: its action and the first step are compensated, newest first") {
+        Run run{OrderPayment(), {}, {}};
+        run(Begin{});
+        run(Ok("create-order"));
+        const auto& refund = OnlyDispatch(run(Cancel{"customer changed their mind"}));
+        CHECK(refund.step_name == "charge-payment");
+        CHECK(refund.phase == Phase::kCompensation);
+        CHECK(run.state.status == SagaStatus::kCompensating);
+        const auto* charge = run.state.Find("charge-payment", Phase::kAction);
+        CHECK(charge->status == StepStatus::kFailed);
+        CHECK(charge->outcome_unknown);
+        // The charge's late answer changes nothing: its refund is under way.
+        CHECK(run(Ok("charge-payment")).ignored == "the action of step 'charge-payment' is already answered");
+        CHECK(run(Cancel{"again"}).ignored == "the saga is already compensating");
+        CHECK(OnlyDispatch(run(CompOk("charge-payment"))).step_name == "create-order");
+        CHECK(FinishedAs(run(CompOk("create-order"))) == SagaStatus::kCompensated);
+        CHECK(run(Cancel{"late"}).ignored == "the saga is already compensated");
+    }
+    SUBCASE("while the first step waits for its next attempt: the retry due then is stale") {
+        Run run{OrderPayment(), {}, {}};
+        run(Begin{});
+        run(Timeout{"create-order", Phase::kAction, 1});
+        const auto& undo = OnlyDispatch(run(Cancel{}));
+        CHECK(undo.step_name == "create-order");
+        CHECK(undo.phase == Phase::kCompensation);
+        CHECK_FALSE(run.state.Find("create-order", Phase::kAction)->awaiting_retry);
+        CHECK(run(RetryDue{"create-order", Phase::kAction, 2}).ignored ==
+              "the action of step 'create-order' is already answered");
+        CHECK(FinishedAs(run(CompOk("create-order"))) == SagaStatus::kCompensated);
+    }
+    SUBCASE("a retriable step in flight: refused, the saga runs on") {
+        Run run{OrderPayment(), {}, {}};
+        run(Begin{});
+        run(Ok("create-order"));
+        run(Ok("charge-payment"));
+        const auto& refused = run(Cancel{});
+        CHECK(refused.ignored ==
+              "step 'approve-order' is retriable and in flight: the saga is past its point of no return and can only "
+              "complete");
+        CHECK(refused.commands.empty());
+        CHECK(run.state.status == SagaStatus::kRunning);
+        CHECK(FinishedAs(run(Ok("approve-order"))) == SagaStatus::kCompleted);
+    }
+    SUBCASE("the pivot in flight or done: refused") {
+        Run run{WithPivot(), {}, {}};
+        run(Begin{});
+        run(Ok("hold"));
+        CHECK(
+            run(Cancel{}).ignored ==
+            "step 'charge' is the pivot and in flight: the saga is past its point of no return and can only complete");
+        run(Ok("charge"));
+        CHECK(run(Cancel{}).ignored ==
+              "step 'charge' is the pivot and has succeeded: the saga is past its point of no return and can only "
+              "complete");
+        CHECK(run.state.Find("hold", Phase::kCompensation) == nullptr);
+    }
+    SUBCASE("before the first step is dispatched, or after the end: refused") {
+        Run run{OrderPayment(), {}, {}};
+        CHECK(run(Cancel{}).ignored == "the saga has not begun");
+        run(Begin{});
+        run(Ok("create-order"));
+        run(Ok("charge-payment"));
+        run(Ok("approve-order"));
+        CHECK(run(Cancel{}).ignored == "the saga is already completed");
+    }
+}
