@@ -164,6 +164,7 @@ int RunDemo(const DemoOptions& o) {
         Say("Kafka at " + brokers);
     }
     const std::string slow_order = "order-" + run + "-slow";
+    const std::string cancelled_order = "order-" + run + "-cancelled";
     const auto spawn = [&](const fs::path& bin, const std::string& name, std::vector<std::string> extra) {
         // A restarted service takes its partitions back at once (static membership); a dead one
         // loses them after 6 s instead of librdkafka's default 45 s.
@@ -180,7 +181,8 @@ int RunDemo(const DemoOptions& o) {
         return std::make_unique<detail::ChildProcess>(bin.string(), args, (logs / (name + ".log")).string());
     };
     auto order = spawn(order_bin, "order-service", {});
-    const std::vector<std::string> payment_args{"--slow-order", slow_order, "--slow-ms", "20000", "--limit", "500"};
+    const std::vector<std::string> payment_args{
+        "--slow-order", slow_order + ":20000", "--slow-order", cancelled_order + ":4000", "--limit", "500"};
     auto payment = spawn(payment_bin, "payment-service", payment_args);
     Say("order service (schema orders) and payment service (schema payments) started; logs in " + logs.string());
 
@@ -257,6 +259,32 @@ int RunDemo(const DemoOptions& o) {
     bool quiet = WaitQuiet(conn, std::chrono::seconds(150), extra, tick);
     duplicated += duplicator.Tick();
 
+    // A customer cancels while the provider is charging (4 s): the charge is refunded, whether it
+    // lands before the refund arrives or (refused by the participant's anti-hanging guard) not at all.
+    Planned cancelled;
+    cancelled.order_id = cancelled_order;
+    cancelled.key = "client-" + cancelled_order;
+    cancelled.input = {{"orderId", cancelled_order}, {"customerId", 998}, {"amount", "42.00"}};
+    cancelled.expected = "compensated";
+    cancelled.note = "cancelled by the customer while being charged: refunded";
+    if (quiet) {
+        Say("one more saga, cancelled by its customer while the provider is charging it");
+        cancelled.saga_id = engine.StartSaga("order-payment", cancelled.input, cancelled.key).saga_id;
+        plan.push_back(cancelled);
+        const auto charging = [&] {
+            return Scalar(conn,
+                          "SELECT count(*) FROM saga_step WHERE saga_id = '" + cancelled.saga_id +
+                              "' AND step_name = 'charge-payment'") > 0;
+        };
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!charging() && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        const auto result = engine.CancelSaga(cancelled.saga_id, "the customer cancelled the order");
+        Say("cancel: " + result.message);
+        quiet = WaitQuiet(conn, std::chrono::seconds(60), extra, [] {});
+    }
+
     // The slow provider: its charge takes longer than every attempt's timeout, so the engine treats
     // the outcome as unknown and compensates the charge too; the late charge lands, and is refunded.
     Planned slow;
@@ -312,16 +340,17 @@ int RunDemo(const DemoOptions& o) {
             restarts);
     }
 
-    // --- one saga's timeline -------------------------------------------------------------------------
-    if (!slow.saga_id.empty()) {
-        std::cout << "\n  timeline of saga " << slow.saga_id << " (" << slow.note << "):\n";
+    // --- two sagas' timelines -----------------------------------------------------------------------
+    for (const auto* shown : {&cancelled, &slow}) {
+        if (shown->saga_id.empty()) continue;
+        std::cout << "\n  timeline of saga " << shown->saga_id << " (" << shown->note << "):\n";
         pqxx::read_transaction tx{conn};
         for (const auto& row : tx.exec_params(
                  "SELECT round(extract(epoch FROM at - min(at) OVER ()) * 1000)::bigint, kind, coalesce(step_name, "
                  "''), "
                  "coalesce(phase, ''), coalesce(attempt::text, ''), detail::text FROM saga_event WHERE saga_id = "
                  "$1::uuid ORDER BY id",
-                 slow.saga_id)) {
+                 shown->saga_id)) {
             std::cout << fmt::format("  {:>7} ms  {:<16} {:<15} {:<13} {:>2}  {}\n",
                                      row[0].as<long long>(),
                                      row[1].as<std::string>(),

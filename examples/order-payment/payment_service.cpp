@@ -4,6 +4,8 @@
 // by two sagas (a client that retried with a new idempotency key, rule X3): the second saga sees
 // the existing payment instead of charging again.
 #include <chrono>
+#include <iostream>
+#include <map>
 #include <thread>
 
 #include "examples/order-payment/service.hpp"
@@ -15,16 +17,29 @@ int main(int argc, char** argv) {
     example::ServiceFlags flags;
     example::AddServiceFlags(app, flags, "payment", "payments");
     double limit = 500.0;
-    std::string slow_order;
+    std::vector<std::string> slow_orders;
     int slow_ms = 6000;
     app.add_option("--limit", limit, "charges above this amount are declined")->capture_default_str();
-    app.add_option("--slow-order", slow_order, "the provider stand-in is slow for this order's first charge");
+    app.add_option("--slow-order",
+                   slow_orders,
+                   "ORDER[:MS]: the provider stand-in is slow for this order's first charge (MS, else --slow-ms); "
+                   "repeatable");
     app.add_option("--slow-ms", slow_ms, "how slow (longer than the step timeout makes the engine resend)")
         ->capture_default_str();
     int slow_every = 0;
     app.add_option("--slow-every", slow_every, "the provider is slow (--slow-ms) on every Nth charge; 0: never")
         ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
+    std::map<std::string, int> slow;  // order -> milliseconds, for its first charge only
+    for (const auto& spec : slow_orders) {
+        const auto colon = spec.rfind(':');
+        try {
+            slow[spec.substr(0, colon)] = colon == std::string::npos ? slow_ms : std::stoi(spec.substr(colon + 1));
+        } catch (const std::exception&) {
+            std::cerr << "--slow-order " << spec << ": MS after the ':' must be a number of milliseconds\n";
+            return 2;
+        }
+    }
 
     sagaflow::Participant participant{example::ConfigFrom(app, flags)};
     // TEST ONLY (issue 9): without the UNIQUE, the audit must find the double charge.
@@ -49,16 +64,17 @@ int main(int argc, char** argv) {
             "  saga_id      uuid        NOT NULL,"
             "  refunded_at  timestamptz NOT NULL DEFAULT now())");
     });
-    bool slowed = false;  // the consumer thread runs the handlers one at a time
-    int charges = 0;
+    int charges = 0;  // the consumer thread runs the handlers one at a time
     participant.OnAction("ChargePayment.v1", [&](sagaflow::Transaction& tx, const sagaflow::Command& c) {
         const auto& d = c.data;
         const std::string order_id = d.value("orderId", "");
         const std::string amount = d.value("amount", "0");
-        if ((!slow_order.empty() && order_id == slow_order && !slowed) ||
-            (slow_every > 0 && ++charges % slow_every == 0)) {
-            slowed = slowed || order_id == slow_order;
-            std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));  // the provider is slow
+        const bool every = slow_every > 0 && ++charges % slow_every == 0;
+        if (const auto it = slow.find(order_id); it != slow.end()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(it->second));  // the provider is slow
+            slow.erase(it);
+        } else if (every) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
         }
         if (std::stod(amount) > limit) {
             return sagaflow::StepReply::Failure("declined: " + amount + " is over the customer's limit");

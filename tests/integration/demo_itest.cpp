@@ -73,8 +73,17 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
     CHECK(pair[0][2].as<long long>() == 1);
     CHECK(pair[0][3].as<bool>());
     CHECK(pair[0][4].as<long long>() == 1);
-    // The slow provider's saga: outcome unknown, compensated, its late charge refunded once.
-    CHECK(tx.exec1("SELECT count(*) FROM payments.refund")[0].as<long long>() == 1);
+    // The slow provider's saga (outcome unknown, compensated) and the saga cancelled while its charge
+    // was in flight: each charge refunded once, no other refund.
+    CHECK(tx.exec1("SELECT count(*) FROM payments.refund")[0].as<long long>() == 2);
+    const auto cancelled = tx.exec1(
+        "SELECT s.status, (SELECT count(*) FROM payments.payment p WHERE p.saga_id = s.saga_id), (SELECT count(*) "
+        "FROM payments.refund r WHERE r.saga_id = s.saga_id), (SELECT count(*) FROM saga_event e WHERE e.saga_id = "
+        "s.saga_id AND e.kind = 'cancelled') FROM saga_instance s WHERE s.input->>'orderId' LIKE '%-cancelled'");
+    CHECK(cancelled[0].as<std::string>() == "compensated");
+    CHECK(cancelled[1].as<long long>() == 1);
+    CHECK(cancelled[2].as<long long>() == 1);
+    CHECK(cancelled[3].as<long long>() == 1);
     // Every declined order was cancelled and never charged.
     CHECK(tx.exec1("SELECT count(*) FROM orders.orders WHERE amount > 500 AND status <> 'cancelled'")[0]
               .as<long long>() == 0);
