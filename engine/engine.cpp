@@ -66,7 +66,7 @@ std::string Rfc3339(const std::string& column) {
 
 struct Counters {
     std::atomic<std::uint64_t> sagas_started{0}, replies_applied{0}, replies_ignored{0}, timers_fired{0},
-        sagas_finished{0}, sagas_parked{0};
+        sagas_finished{0}, sagas_parked{0}, sagas_cancelled{0};
 };
 
 }  // namespace
@@ -512,6 +512,7 @@ class Engine::Impl {
             return r;
         });
         if (result.status == CancelResult::Status::kCancelled) {
+            ++counters_.sagas_cancelled;
             spdlog::info("saga {} cancelled{}", saga_id, reason.empty() ? "" : ": " + reason);
             Poke(effects.next_timer);
         }
@@ -578,6 +579,7 @@ class Engine::Impl {
         m.timers_fired = counters_.timers_fired;
         m.sagas_finished = counters_.sagas_finished;
         m.sagas_parked = counters_.sagas_parked;
+        m.sagas_cancelled = counters_.sagas_cancelled;
         if (parts_.consumer) {
             m.reply_duplicates = parts_.consumer->Metrics().duplicates;
             m.consumer_restarts = parts_.consumer->Metrics().restarts;

@@ -196,6 +196,7 @@ struct EngineMetrics {
     std::uint64_t timers_fired = 0;
     std::uint64_t sagas_finished = 0;
     std::uint64_t sagas_parked = 0;
+    std::uint64_t sagas_cancelled = 0;   // by CancelSaga, in this engine
     std::uint64_t reply_duplicates = 0;  // dropped by the inbox
     std::uint64_t outbox_published = 0;
     std::uint64_t relay_errors = 0;       // produce failures retried, batches left unmarked

@@ -668,6 +668,7 @@ HttpServer::Response HttpServer::Metrics() {
             m.relay_errors);
     counter("sagaflow_sagas_started_total", "Sagas started by this engine.", m.sagas_started);
     counter("sagaflow_sagas_parked_total", "Sagas this engine parked as failed.", m.sagas_parked);
+    counter("sagaflow_sagas_cancelled_total", "Sagas cancelled through this engine.", m.sagas_cancelled);
     counter("sagaflow_replies_ignored_total",
             "Replies recorded and ignored (stale, unknown saga, ...).",
             m.replies_ignored);

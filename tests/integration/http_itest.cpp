@@ -431,6 +431,7 @@ TEST_CASE("cancel: the step in flight and the steps before it are compensated; p
     CHECK(HttpRequest(port, "POST", "/v1/sagas/" + late + "/cancel", {{"Content-Type", "text/plain"}}, "x").status ==
           415);
     CHECK(HttpRequest(port, "GET", "/v1/sagas/" + late + "/cancel").status == 405);
+    CHECK(HttpRequest(port, "GET", "/metrics").body.find("sagaflow_sagas_cancelled_total 1\n") != std::string::npos);
 }
 
 TEST_CASE("bearer tokens: 401 without, 403 for non-operators, keys scoped per client") {
