@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <set>
+#include <sstream>
 
 #include "engine/detail/yaml_reader.hpp"
 #include "outbox/kafka.hpp"
@@ -92,11 +93,16 @@ class ConfigReader : public detail::YamlReader {
     ConfigResult Run(std::string_view text);
 
   private:
-    // The section's keys; a scalar key's SAGAFLOW_<SECTION>_<KEY> variable, when set, replaces it.
+    // The section's keys. Each has a variable SAGAFLOW_<SECTION>_<KEY> that, when set, overrides
+    // it: a scalar's replaces the value; a mapping's ("name=value;name=value") sets those entries
+    // over the file's (EnvEntries); a list's ("a,b") replaces the list.
     std::optional<YamlFields> Section(const YamlFields& root,
                                       const std::string& name,
                                       const std::vector<std::string_view>& scalars,
-                                      const std::vector<std::string_view>& others);
+                                      const std::vector<std::string_view>& maps,
+                                      const std::vector<std::string_view>& lists = {});
+    // The entries a mapping's variable sets, in its order (empty when it is not set).
+    const std::vector<std::pair<std::string, std::string>>& EnvEntries(const std::string& path) const;
     // `{env: NAME}` or `{file: PATH}`; a plain value only from an environment variable.
     std::optional<std::string> Secret(const YamlFields& fields, std::string_view key, const std::string& path);
     std::optional<std::string> SecretFrom(const YamlEntry& entry, const std::string& path);
@@ -116,34 +122,93 @@ class ConfigReader : public detail::YamlReader {
     std::vector<std::string> known_env_;
     std::map<std::string, std::vector<std::string>> section_keys_;  // "SAGAFLOW_DB_" -> {"URL", ...}
     std::set<std::string> from_env_;                                // paths whose value came from the environment
+    std::map<std::string, std::vector<std::pair<std::string, std::string>>> env_entries_;  // mapping path -> entries
 };
 
 std::optional<YamlFields> ConfigReader::Section(const YamlFields& root,
                                                 const std::string& name,
                                                 const std::vector<std::string_view>& scalars,
-                                                const std::vector<std::string_view>& others) {
+                                                const std::vector<std::string_view>& maps,
+                                                const std::vector<std::string_view>& lists) {
     YamlFields fields;
     if (const auto it = root.find(name); it != root.end() && !it->second.value.IsNull()) {
         std::vector<std::string_view> allowed = scalars;
-        allowed.insert(allowed.end(), others.begin(), others.end());
+        allowed.insert(allowed.end(), maps.begin(), maps.end());
+        allowed.insert(allowed.end(), lists.begin(), lists.end());
         auto read = Map(it->second.value, MarkOf(it->second), name, allowed);
         if (!read) return std::nullopt;
         fields = std::move(*read);
     }
     const std::string prefix = std::string(kEnvPrefix) + Upper(name) + "_";
-    for (const auto key : scalars) {
+    const auto variable_of = [&](std::string_view key) -> std::optional<std::string> {
         std::string variable = prefix + Upper(key);
         section_keys_[prefix].push_back(Upper(key));
+        known_env_.push_back(variable);
         const auto value = env_.find(variable);
-        if (value != env_.end() && !value->second.empty()) {
-            const std::string path = Join(name, key);
-            fields[std::string(key)] = YamlEntry{YAML::Node(std::string(key)), YAML::Node(value->second)};
-            SetOrigin(path, "$" + variable);
-            from_env_.insert(path);
+        if (value == env_.end() || value->second.empty()) return std::nullopt;
+        return value->second;
+    };
+    for (const auto key : scalars) {
+        const auto text = variable_of(key);
+        if (!text) continue;
+        const std::string path = Join(name, key);
+        fields[std::string(key)] = YamlEntry{YAML::Node(std::string(key)), YAML::Node(*text)};
+        SetOrigin(path, "$" + prefix + Upper(key));
+        from_env_.insert(path);
+    }
+    for (const auto key : maps) {
+        const auto text = variable_of(key);
+        if (!text) continue;
+        const std::string variable = prefix + Upper(key);
+        const std::string path = Join(name, key);
+        auto& entries = env_entries_[path];
+        std::istringstream in(*text);
+        for (std::string item; std::getline(in, item, ';');) {
+            const auto trim = [](std::string v) {
+                v.erase(0, v.find_first_not_of(" \t\n"));
+                v.erase(v.find_last_not_of(" \t\n") + 1);
+                return v;
+            };
+            item = trim(item);
+            if (item.empty()) continue;
+            const auto eq = item.find('=');
+            const std::string entry = eq == std::string::npos ? "" : trim(item.substr(0, eq));
+            if (entry.empty()) {
+                diagnostics_.push_back({"$" + variable,
+                                        0,
+                                        0,
+                                        path,
+                                        "expected NAME=VALUE entries separated by ';', found '" +
+                                            (eq == std::string::npos ? item : item.substr(0, eq + 1)) + "'"});
+                continue;
+            }
+            SetOrigin(Join(path, entry), "$" + variable);
+            from_env_.insert(Join(path, entry));
+            entries.emplace_back(entry, trim(item.substr(eq + 1)));
         }
-        known_env_.push_back(std::move(variable));
+    }
+    for (const auto key : lists) {
+        const auto text = variable_of(key);
+        if (!text) continue;
+        const std::string path = Join(name, key);
+        YAML::Node list(YAML::NodeType::Sequence);
+        std::istringstream in(*text);
+        for (std::string item; std::getline(in, item, ',');) {
+            if (!item.empty()) list.push_back(item);
+        }
+        SetOrigin(path, "$" + prefix + Upper(key));
+        for (std::size_t i = 0; i < list.size(); ++i)
+            SetOrigin(path + "[" + std::to_string(i) + "]", "$" + prefix + Upper(key));
+        fields[std::string(key)] = YamlEntry{YAML::Node(std::string(key)), list};
+        from_env_.insert(path);
     }
     return fields;
+}
+
+const std::vector<std::pair<std::string, std::string>>& ConfigReader::EnvEntries(const std::string& path) const {
+    static const std::vector<std::pair<std::string, std::string>> kNone;
+    const auto it = env_entries_.find(path);
+    return it == env_entries_.end() ? kNone : it->second;
 }
 
 std::optional<std::string> ConfigReader::SecretFrom(const YamlEntry& entry, const std::string& path) {
@@ -204,43 +269,46 @@ std::map<std::string, std::string> ConfigReader::KafkaProperties(const YamlField
                                                                  std::string_view key,
                                                                  const std::string& parent) {
     std::map<std::string, std::string> out;
-    const auto it = fields.find(std::string(key));
-    if (it == fields.end() || it->second.value.IsNull()) return out;
     const std::string path = Join(parent, key);
-    if (!it->second.value.IsMap()) {
+    // librdkafka checks each value; it quotes the value in its message: keep a secret out of it.
+    const auto accept = [&](const std::string& name, const std::string& value, const YAML::Mark& mark) {
+        if (auto refused = outbox::KafkaPropertyError(name, value)) {
+            if (IsSecretProperty(name)) {
+                for (std::size_t at = 0; !value.empty() && (at = refused->find(value, at)) != std::string::npos;) {
+                    refused->replace(at, value.size(), "***");
+                }
+            }
+            Error(mark, Join(path, name), "librdkafka refuses it: " + *refused);
+            return;
+        }
+        out[name] = value;
+    };
+    const auto it = fields.find(std::string(key));
+    if (it != fields.end() && !it->second.value.IsNull() && !it->second.value.IsMap()) {
         Error(MarkOf(it->second),
               path,
               "expected a mapping of librdkafka properties (e.g. security.protocol: SSL), found " +
                   std::string(detail::KindOfNode(it->second.value)));
-        return out;
-    }
-    for (auto p = it->second.value.begin(); p != it->second.value.end(); ++p) {
-        const YamlEntry entry{p->first, p->second};
-        if (!p->first.IsScalar()) {
-            Error(p->first.Mark(), path, "a property's name must be a plain name");
-            continue;
-        }
-        const std::string name = p->first.Scalar();
-        const std::string here = Join(path, name);
-        std::optional<std::string> value;
-        if (IsSecretProperty(name)) {
-            value = SecretFrom(entry, here);
-        } else if (Scalar(entry, here, "a property value")) {
-            value = p->second.Scalar();
-        }
-        if (!value) continue;
-        if (auto refused = outbox::KafkaPropertyError(name, *value)) {
-            // librdkafka quotes the value: keep a secret out of the message.
-            if (IsSecretProperty(name)) {
-                for (std::size_t at = 0; !value->empty() && (at = refused->find(*value, at)) != std::string::npos;) {
-                    refused->replace(at, value->size(), "***");
-                }
+    } else if (it != fields.end() && it->second.value.IsMap()) {
+        for (auto p = it->second.value.begin(); p != it->second.value.end(); ++p) {
+            const YamlEntry entry{p->first, p->second};
+            if (!p->first.IsScalar()) {
+                Error(p->first.Mark(), path, "a property's name must be a plain name");
+                continue;
             }
-            Error(MarkOf(entry), here, "librdkafka refuses it: " + *refused);
-            continue;
+            const std::string name = p->first.Scalar();
+            const std::string here = Join(path, name);
+            if (from_env_.count(here) != 0) continue;  // the environment's value replaces it
+            std::optional<std::string> value;
+            if (IsSecretProperty(name)) {
+                value = SecretFrom(entry, here);
+            } else if (Scalar(entry, here, "a property value")) {
+                value = p->second.Scalar();
+            }
+            if (value) accept(name, *value, MarkOf(entry));
         }
-        out[name] = *value;
     }
+    for (const auto& [name, value] : EnvEntries(path)) accept(name, value, YAML::Mark::null_mark());
     return out;
 }
 
@@ -306,6 +374,7 @@ void ConfigReader::ReadEngine(const YamlFields& root, Config& config) {
                                  "run_relay",
                                  "timer_max_sleep",
                                  "history_retention_days"},
+                                {},
                                 {"sagas"});
     if (!engine) return;
     auto& out = config.engine;
@@ -340,7 +409,9 @@ void ConfigReader::ReadEngine(const YamlFields& root, Config& config) {
                     Error(item.Mark(), path, "expected a file's path, found " + std::string(detail::KindOfNode(item)));
                     continue;
                 }
-                const auto file = base_dir_ / item.Scalar();
+                // Relative paths: from the file's directory, or the working one for SAGAFLOW_ENGINE_SAGAS.
+                const auto file = (from_env_.count("engine.sagas") != 0 ? std::filesystem::current_path() : base_dir_) /
+                                  item.Scalar();
                 std::error_code ec;
                 if (!std::filesystem::is_regular_file(file, ec)) {
                     Error(item.Mark(), path, "no such file: " + file.string());
@@ -386,6 +457,12 @@ void ConfigReader::ReadHttp(const YamlFields& root, Config& config) {
     if (const auto d = Duration(*http, "idempotency_ttl", "http", 24h, 72h)) {
         out.idempotency_ttl = std::chrono::duration_cast<std::chrono::hours>(*d);
     }
+    const auto add_token = [&](const std::string& client, const std::string& token, const YAML::Mark& mark) {
+        const std::string path = Join("http.tokens", client);
+        if (const auto [it, fresh] = out.tokens.emplace(token, client); !fresh) {
+            Error(mark, path, "the same token as client '" + it->second + "': give each client its own");
+        }
+    };
     if (const auto tokens = http->find("tokens"); tokens != http->end() && !tokens->second.value.IsNull()) {
         if (!tokens->second.value.IsMap()) {
             Error(MarkOf(tokens->second),
@@ -399,14 +476,13 @@ void ConfigReader::ReadHttp(const YamlFields& root, Config& config) {
                 continue;
             }
             const std::string client = t->first.Scalar();
-            const std::string path = Join("http.tokens", client);
-            const auto token = SecretFrom(YamlEntry{t->first, t->second}, path);
-            if (!token) continue;
-            if (const auto [it, fresh] = out.tokens.emplace(*token, client); !fresh) {
-                Error(t->first.Mark(), path, "the same token as client '" + it->second + "': give each client its own");
+            if (from_env_.count(Join("http.tokens", client)) != 0) continue;  // the environment's token replaces it
+            if (const auto token = SecretFrom(YamlEntry{t->first, t->second}, Join("http.tokens", client))) {
+                add_token(client, *token, t->first.Mark());
             }
         }
     }
+    for (const auto& [client, token] : EnvEntries("http.tokens")) add_token(client, token, YAML::Mark::null_mark());
 }
 
 void ConfigReader::ReadParticipant(const YamlFields& root, Config& config) {

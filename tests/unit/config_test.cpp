@@ -249,6 +249,48 @@ TEST_CASE("SAGAFLOW_<SECTION>_<KEY> overrides one key; a bad value names the var
                 "the variables are SAGAFLOW_<SECTION>_<KEY>, listed in engine/README.md"});
 }
 
+TEST_CASE("mappings and lists from the environment: entries set over the file's, a list replaced") {
+    TempDir dir;
+    dir.Write("a.yaml", "saga: a\n");
+    dir.Write("b.yaml", "saga: b\n");
+    const std::string file =
+        "kafka:\n  properties:\n    client.id: from-file\n    socket.timeout.ms: 30000\nhttp:\n  tokens:\n    shop: "
+        "{env: SHOP_TOKEN}\nengine:\n  sagas: [a.yaml]\n";
+    const Config c =
+        Load(file,
+             {{"SAGAFLOW_KAFKA_PROPERTIES", "socket.timeout.ms=5000; sasl.password = k=secret;"},
+              {"SAGAFLOW_KAFKA_CONSUMER_PROPERTIES", "fetch.wait.max.ms=10"},
+              // shop's token comes from here, so the file's {env: SHOP_TOKEN} is not read
+              {"SAGAFLOW_HTTP_TOKENS", "operator-alice=t-alice;shop=t-shop"},
+              {"SAGAFLOW_ENGINE_SAGAS", (dir.path / "b.yaml").string() + "," + (dir.path / "a.yaml").string()}},
+             dir.path);
+    CHECK(c.engine.kafka_properties == std::map<std::string, std::string>{{"client.id", "from-file"},
+                                                                          {"socket.timeout.ms", "5000"},
+                                                                          {"sasl.password", "k=secret"}});
+    CHECK(c.participant.kafka_properties == c.engine.kafka_properties);
+    CHECK(c.engine.consumer_properties == std::map<std::string, std::string>{{"fetch.wait.max.ms", "10"}});
+    CHECK(c.engine.http.tokens ==
+          std::map<std::string, std::string>{{"t-alice", "operator-alice"}, {"t-shop", "shop"}});
+    CHECK(c.sagas == std::vector<std::filesystem::path>{dir.path / "b.yaml", dir.path / "a.yaml"});
+    const std::string printed = c.Describe();
+    CHECK(printed.find("k=secret") == std::string::npos);
+    CHECK(printed.find("t-alice") == std::string::npos);
+
+    CHECK(Errors("", {{"SAGAFLOW_KAFKA_PROPERTIES", "socket.timeout.ms"}}) ==
+          Lines{"$SAGAFLOW_KAFKA_PROPERTIES: error: kafka.properties: expected NAME=VALUE entries separated by ';', "
+                "found 'socket.timeout.ms'"});
+    CHECK(Errors("", {{"SAGAFLOW_KAFKA_PROPERTIES", "no.such.property=1"}}) ==
+          Lines{"$SAGAFLOW_KAFKA_PROPERTIES: error: kafka.properties.no.such.property: librdkafka refuses it: No such "
+                "configuration property: \"no.such.property\""});
+    CHECK(Errors("", {{"SAGAFLOW_ENGINE_SAGAS", "/nowhere/x.yaml"}}) ==
+          Lines{"$SAGAFLOW_ENGINE_SAGAS: error: engine.sagas[0]: no such file: /nowhere/x.yaml"});
+    CHECK(Errors("", {{"SAGAFLOW_HTTP_TOKENS", "a=same;b=same"}}) ==
+          Lines{"$SAGAFLOW_HTTP_TOKENS: error: http.tokens.b: the same token as client 'a': give each client its own"});
+    CHECK(Errors("", {{"SAGAFLOW_HTTP_TOKEN", "a=t"}}) ==
+          Lines{"$SAGAFLOW_HTTP_TOKEN: error: not a configuration variable (did you mean 'SAGAFLOW_HTTP_TOKENS'?); the "
+                "variables are SAGAFLOW_<SECTION>_<KEY>, listed in engine/README.md"});
+}
+
 TEST_CASE("a malformed file is refused with its position, as a definition would be") {
     CHECK(Errors("db:\n\turl: x\n") ==
           Lines{"c.yaml:2:5: error: YAML syntax: illegal map value (YAML does not allow tabs for indentation: use "
