@@ -294,7 +294,10 @@ class Engine::Impl {
 
     // --- starting and reading sagas ----------------------------------------------------------------
 
-    StartResult StartSaga(const std::string& type, nlohmann::json input, const std::string& key) {
+    StartResult StartSaga(const std::string& type,
+                          nlohmann::json input,
+                          const std::string& key,
+                          const TraceContext& trace) {
         RequireStarted();
         std::shared_ptr<const SagaDefinition> definition;
         // Refused without a connection: bad input gets its answer while the database is away too.
@@ -302,7 +305,7 @@ class Engine::Impl {
         detail::PendingStart pending;
         const StartResult result = parts_.pool->RunBlocking([&](pqxx::connection& conn) {
             pqxx::work tx{conn};
-            StartResult r = StartWith(tx, *definition, type, input, key, pending);
+            StartResult r = StartWith(tx, *definition, type, input, key, trace, pending);
             if (r.status == StartResult::Status::kStarted) tx.commit();
             return r;
         });
@@ -317,6 +320,7 @@ class Engine::Impl {
                           const std::string& type,
                           const nlohmann::json& input,
                           const std::string& key,
+                          const TraceContext& trace,
                           detail::PendingStart& pending) {
         StartResult r;
         LoadedSaga saga;
@@ -324,6 +328,10 @@ class Engine::Impl {
         saga.saga_type = type;
         saga.definition_hash = definition.hash;
         saga.input = input;
+        if (outbox::ValidTraceparent(trace.traceparent)) {
+            saga.traceparent = trace.traceparent;
+            if (outbox::ValidTracestate(trace.tracestate)) saga.tracestate = trace.tracestate;
+        }
         const auto decision = machine::Decide(definition, saga.state, machine::Begin{});
         detail::WriteBatch writes;
         const auto effects = PersistLocked(
@@ -335,7 +343,9 @@ class Engine::Impl {
                                   definition.version,
                                   definition.hash,
                                   input.dump(),
-                                  key.empty() ? std::nullopt : std::optional<std::string>(key)})) {
+                                  key.empty() ? std::nullopt : std::optional<std::string>(key),
+                                  saga.traceparent,
+                                  saga.tracestate})) {
             RecordLatencies(writes.Flush(tx));
             pending.next_timer = effects.next_timer;
             r.status = StartResult::Status::kStarted;
@@ -376,7 +386,8 @@ class Engine::Impl {
             pqxx::read_transaction tx{conn};
             const auto rows = tx.exec_params(
                 "SELECT saga_type, definition_version, definition_hash, status, coalesce(parked_reason, ''), "
-                "input::text, data::text, coalesce(idempotency_key, ''), " +
+                "input::text, data::text, coalesce(idempotency_key, ''), coalesce(traceparent, ''), "
+                "coalesce(tracestate, ''), " +
                     Rfc3339("created_at") + ", " + Rfc3339("updated_at") +
                     " FROM saga_instance WHERE saga_id = $1::uuid",
                 saga_id);
@@ -392,8 +403,9 @@ class Engine::Impl {
             view.input = Json(r[5]);
             view.data = Json(r[6]);
             view.idempotency_key = Text(r[7]);
-            view.created_at = Text(r[8]);
-            view.updated_at = Text(r[9]);
+            view.trace = {Text(r[8]), Text(r[9])};
+            view.created_at = Text(r[10]);
+            view.updated_at = Text(r[11]);
             for (const auto& s : tx.exec_params("SELECT step_name, phase, status, attempt, command_event_id::text, "
                                                 "reply::text, " +
                                                     Rfc3339("dispatched_at") + ", " + Rfc3339("completed_at") + ", " +
@@ -886,8 +898,11 @@ void Engine::Stop() {
     impl_->Stop();
 }
 
-StartResult Engine::StartSaga(const std::string& saga_type, nlohmann::json input, const std::string& idempotency_key) {
-    return impl_->StartSaga(saga_type, std::move(input), idempotency_key);
+StartResult Engine::StartSaga(const std::string& saga_type,
+                              nlohmann::json input,
+                              const std::string& idempotency_key,
+                              const TraceContext& trace) {
+    return impl_->StartSaga(saga_type, std::move(input), idempotency_key, trace);
 }
 
 std::optional<SagaView> Engine::GetSaga(const std::string& saga_id) {
@@ -926,8 +941,9 @@ StartResult EngineInternals::StartIn(Engine& engine,
                                      const std::string& saga_type,
                                      const nlohmann::json& input,
                                      const std::string& idempotency_key,
+                                     const TraceContext& trace,
                                      PendingStart& pending) {
-    return engine.impl_->StartWith(tx, definition, saga_type, input, idempotency_key, pending);
+    return engine.impl_->StartWith(tx, definition, saga_type, input, idempotency_key, trace, pending);
 }
 
 void EngineInternals::Committed(Engine& engine, const StartResult& result, const PendingStart& pending) {

@@ -98,6 +98,16 @@ struct StepPhaseRecord {
     std::string dispatched_at, completed_at, next_attempt_at, deadline_at;  // RFC 3339, empty if unset
 };
 
+// The W3C Trace Context of whoever starts a saga (an HTTP request's `traceparent`/`tracestate`
+// headers). Every command of the saga, and every participant's reply, carries it unchanged as the
+// CloudEvents distributed-tracing extension attributes `traceparent` and `tracestate`, so a tracer
+// can join all the services' work to the starter's trace. An invalid traceparent is dropped (the
+// specification's rule for a receiver), and its tracestate with it.
+struct TraceContext {
+    std::string traceparent;  // "00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>"
+    std::string tracestate;   // vendor entries, up to 512 printable characters
+};
+
 struct TimelineEntry {
     std::string at;  // RFC 3339
     std::string
@@ -118,6 +128,7 @@ struct SagaView {
     nlohmann::json input;
     nlohmann::json data;
     std::string idempotency_key;
+    TraceContext trace;  // as the saga was started with (empty: none)
     std::string created_at, updated_at;
     std::vector<StepPhaseRecord> steps;
     std::vector<TimelineEntry> timeline;
@@ -229,7 +240,11 @@ class Engine {
     void Stop();
 
     // Starts a saga, or finds the one the idempotency key started (empty key: always a new saga).
-    StartResult StartSaga(const std::string& saga_type, nlohmann::json input, const std::string& idempotency_key);
+    // `trace`: the caller's trace context, carried by every command of the saga (TraceContext).
+    StartResult StartSaga(const std::string& saga_type,
+                          nlohmann::json input,
+                          const std::string& idempotency_key,
+                          const TraceContext& trace = {});
 
     // The saga's state, its step phases and its timeline; nullopt if there is no such saga.
     std::optional<SagaView> GetSaga(const std::string& saga_id);

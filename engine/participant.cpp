@@ -301,7 +301,7 @@ class Participant::Impl {
                          e.type);
             return;
         }
-        const Command command{e.saga_id, e.step_name, e.phase, e.type, e.id, e.data};
+        const Command command{e.saga_id, e.step_name, e.phase, e.type, e.id, e.data, e.traceparent, e.tracestate};
         const auto stored = Lookup(tx, {command.saga_id, command.step_name, command.phase}, batch);
         std::optional<Stored> action;
         if (!stored && command.phase == "compensation") {
@@ -406,6 +406,8 @@ class Participant::Impl {
         event.step_name = command.step_name;
         event.phase = command.phase;
         event.correlation_id = command.event_id;
+        event.traceparent = command.traceparent;
+        event.tracestate = command.tracestate;
         event.data = data;
         return event;
     }

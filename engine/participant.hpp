@@ -63,6 +63,10 @@ struct Command {
     std::string type;   // e.g. ChargePayment.v1
     std::string event_id;
     nlohmann::json data;
+    // The W3C Trace Context the saga was started with (empty: none): hand it to your tracer to join
+    // this handler's work to the starter's trace. The reply carries it back unchanged.
+    std::string traceparent;
+    std::string tracestate;
 
     // The participant's idempotency key for this step phase: sagaId:stepName:phase.
     std::string IdempotencyKey() const { return saga_id + ":" + step_name + ":" + phase; }

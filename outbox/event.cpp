@@ -1,5 +1,6 @@
 #include "outbox/event.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -20,6 +21,10 @@ nlohmann::json CloudEvent::ToJson() const {
     if (!step_name.empty()) out["stepname"] = step_name;
     if (!phase.empty()) out["phase"] = phase;
     if (!correlation_id.empty()) out["correlationid"] = correlation_id;
+    if (!traceparent.empty()) {
+        out["traceparent"] = traceparent;
+        if (!tracestate.empty()) out["tracestate"] = tracestate;
+    }
     return out;
 }
 
@@ -62,8 +67,37 @@ std::optional<CloudEvent> ParseCloudEvent(std::string_view value, std::string& r
     event.step_name = text("stepname");
     event.phase = text("phase");
     event.correlation_id = text("correlationid");
+    if (ValidTraceparent(text("traceparent"))) {
+        event.traceparent = text("traceparent");
+        if (ValidTracestate(text("tracestate"))) event.tracestate = text("tracestate");
+    }
     if (const auto it = json.find("data"); it != json.end()) event.data = *it;
     return event;
+}
+
+bool ValidTraceparent(std::string_view text) {
+    const auto hex = [&](std::size_t from, std::size_t count) {
+        bool nonzero = false;
+        for (std::size_t i = from; i < from + count; ++i) {
+            const char c = text[i];
+            if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::optional<bool>();
+            nonzero = nonzero || c != '0';
+        }
+        return std::optional<bool>(nonzero);
+    };
+    if (text.size() < 55 || text[2] != '-' || text[35] != '-' || text[52] != '-') return false;
+    const auto version = hex(0, 2);
+    const auto trace_id = hex(3, 32);
+    const auto parent_id = hex(36, 16);
+    if (!version || !trace_id || !*trace_id || !parent_id || !*parent_id || !hex(53, 2)) return false;
+    if (text.substr(0, 2) == "ff") return false;
+    // Version 00 is exactly these fields; a later version may append "-..." after them.
+    return text.substr(0, 2) == "00" ? text.size() == 55 : text.size() == 55 || text[55] == '-';
+}
+
+bool ValidTracestate(std::string_view text) {
+    return !text.empty() && text.size() <= 512 &&
+           std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
 }
 
 std::string NowRfc3339() {

@@ -31,6 +31,7 @@ struct EngineInternals {
                                const std::string& saga_type,
                                const nlohmann::json& input,
                                const std::string& idempotency_key,
+                               const TraceContext& trace,
                                PendingStart& pending);
     static void Committed(Engine& engine, const StartResult& result, const PendingStart& pending);
     static store::ConnectionPool& Pool(Engine& engine);

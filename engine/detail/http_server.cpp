@@ -129,18 +129,21 @@ nlohmann::json SagaJson(const SagaView& saga) {
                             {"attempt", e.attempt},
                             {"detail", e.detail}});
     }
-    return {{"sagaId", saga.saga_id},
-            {"type", saga.saga_type},
-            {"definitionVersion", saga.definition_version},
-            {"status", saga.status},
-            {"parkedReason", saga.parked_reason},
-            {"input", saga.input},
-            {"data", saga.data},
-            {"createdAt", saga.created_at},
-            {"updatedAt", saga.updated_at},
-            {"steps", steps},
-            {"timeline", timeline},
-            {"links", {{"self", "/v1/sagas/" + saga.saga_id}}}};
+    nlohmann::json out{{"sagaId", saga.saga_id},
+                       {"type", saga.saga_type},
+                       {"definitionVersion", saga.definition_version},
+                       {"status", saga.status},
+                       {"parkedReason", saga.parked_reason},
+                       {"input", saga.input},
+                       {"data", saga.data},
+                       {"createdAt", saga.created_at},
+                       {"updatedAt", saga.updated_at},
+                       {"steps", steps},
+                       {"timeline", timeline},
+                       {"links", {{"self", "/v1/sagas/" + saga.saga_id}}}};
+    if (!saga.trace.traceparent.empty()) out["traceparent"] = saga.trace.traceparent;
+    if (!saga.trace.tracestate.empty()) out["tracestate"] = saga.trace.tracestate;
+    return out;
 }
 
 // The answer to a start the engine refuses before any database work.
@@ -577,6 +580,9 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
     const std::string scope = "saga:" + type + (client.empty() ? "" : ":" + client);
     const std::string saga_key = client.empty() ? key : client + ":" + key;
     const std::string hash = CanonicalHash(body);
+    // The caller's trace context rides along with every command (not part of the request's identity:
+    // a retry from another span replays the same saga).
+    const TraceContext trace{std::string(m["traceparent"]), std::string(m["tracestate"])};
     const auto ttl_hours = std::to_string(config_.http.idempotency_ttl.count());
     auto& pool = EngineInternals::Pool(engine_);
 
@@ -606,7 +612,7 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
         if (!claim[0][1].as<bool>()) {
             if (auto answer = AnswerFromRecord(tx, scope, key, hash, held)) return std::move(*answer);
         }
-        StartResult result = EngineInternals::StartIn(engine_, tx, *definition, type, input, saga_key, pending);
+        StartResult result = EngineInternals::StartIn(engine_, tx, *definition, type, input, saga_key, trace, pending);
         Response r = result.status == StartResult::Status::kConflict
                          ? Problem(409, "idempotency-key-reused", "Idempotency-Key reused", result.message)
                          : Json(result.status == StartResult::Status::kStarted ? 201 : 200,

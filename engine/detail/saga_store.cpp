@@ -98,7 +98,8 @@ std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
     const auto rows =
         store::Exec(tx,
                     "SELECT saga_id::text, saga_type, definition_hash, status, current_step, input::text, "
-                    "data::text, coalesce(parked_reason, '') FROM saga_instance WHERE saga_id = "
+                    "data::text, coalesce(parked_reason, ''), coalesce(traceparent, ''), coalesce(tracestate, '') "
+                    "FROM saga_instance WHERE saga_id = "
                     "ANY($1::uuid[]) ORDER BY saga_instance.saga_id" +
                         lock,
                     ids);
@@ -115,6 +116,8 @@ std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
         saga.input = ParseJson(row[5]);
         saga.state.data = ParseJson(row[6]);
         saga.state.parked_reason = row[7].as<std::string>();
+        saga.traceparent = row[8].as<std::string>();
+        saga.tracestate = row[9].as<std::string>();
         sagas.emplace(saga.saga_id, std::move(saga));
     }
     const auto steps = store::Exec(tx,
@@ -308,25 +311,28 @@ bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) 
                                {row.data},
                                {row.parked_reason},
                                {saga.input},
-                               {saga.idempotency_key}};
+                               {saga.idempotency_key},
+                               {saga.traceparent.empty() ? std::nullopt : std::optional<std::string>(saga.traceparent)},
+                               {saga.tracestate.empty() ? std::nullopt : std::optional<std::string>(saga.tracestate)}};
     columns.resize(columns.size() + 6 + 9);
     // A new saga's dispatches are all new: every entry goes in.
-    for (const auto& e : timeline_) AppendTimelineColumns(columns, 10, e.row);
-    AppendNewStepColumns(columns, 16, new_steps_);
+    for (const auto& e : timeline_) AppendTimelineColumns(columns, 12, e.row);
+    AppendNewStepColumns(columns, 18, new_steps_);
     // version 1 and updated_at as the start's UPDATE used to leave them. Its first step rows and
     // their commands in the same statement, only with the saga row.
     const auto inserted = store::ExecArrays(
         tx,
         "WITH saga AS (INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, "
-        "current_step, data, parked_reason, input, idempotency_key, updated_at, version) SELECT s, t, v, h, st, c, "
-        "d::jsonb, p, i::jsonb, k, clock_timestamp(), 1 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], "
-        "$5::text[], $6::int[], $7::text[], $8::text[], $9::text[], $10::text[]) AS u(s, t, v, h, st, c, d, p, i, k) "
+        "current_step, data, parked_reason, input, idempotency_key, traceparent, tracestate, updated_at, version) "
+        "SELECT s, t, v, h, st, c, d::jsonb, p, i::jsonb, k, tp, ts, clock_timestamp(), 1 FROM unnest($1::uuid[], "
+        "$2::text[], $3::int[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[], $9::text[], $10::text[], "
+        "$11::text[], $12::text[]) AS u(s, t, v, h, st, c, d, p, i, k, tp, ts) "
         "ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING saga_id), "
         "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
         "SELECT saga.saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM saga, "
-        "unnest($11::text[], $12::text[], $13::text[], $14::int[], $15::uuid[], $16::text[]) WITH ORDINALITY AS "
+        "unnest($13::text[], $14::text[], $15::text[], $16::int[], $17::uuid[], $18::text[]) WITH ORDINALITY AS "
         "e(kind, step_name, phase, attempt, event_id, detail, n) ORDER BY n), " +
-            NewStepsSql(17, "EXISTS (SELECT FROM saga)") + ", dispatch AS (" +
+            NewStepsSql(19, "EXISTS (SELECT FROM saga)") + ", dispatch AS (" +
             outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
             " RETURNING 1) SELECT count(*) FROM saga",
         columns);
@@ -398,6 +404,8 @@ Effects Persist(pqxx::transaction_base& tx,
                 event.saga_id = saga.saga_id;
                 event.step_name = step->name;
                 event.phase = phase_text;
+                event.traceparent = saga.traceparent;
+                event.tracestate = saga.tracestate;
                 event.data = RenderTemplate(spec.send, TemplateContext(saga, next));
                 outbox::OutboxRow row = outbox::MakeOutboxRow(step->CommandTopic(), saga.saga_id, event, 1);
                 writes.new_steps_.push_back(

@@ -23,6 +23,7 @@ struct LoadedSaga {
     std::string saga_type;
     std::string definition_hash;
     nlohmann::json input;
+    std::string traceparent, tracestate;  // the starter's trace context, for every command (may be empty)
     machine::SagaState state;
     std::map<std::pair<std::string, std::string>, std::string> command_ids;  // (step, phase) -> event id
 };
@@ -82,6 +83,7 @@ class WriteBatch {
         int definition_version = 0;
         std::string definition_hash, input;
         std::optional<std::string> idempotency_key;
+        std::string traceparent, tracestate;  // empty: none
     };
     bool InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga);
 

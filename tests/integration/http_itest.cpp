@@ -434,6 +434,43 @@ TEST_CASE("cancel: the step in flight and the steps before it are compensated; p
     CHECK(HttpRequest(port, "GET", "/metrics").body.find("sagaflow_sagas_cancelled_total 1\n") != std::string::npos);
 }
 
+TEST_CASE("trace context: the start's traceparent and tracestate ride on every command; an invalid one is dropped") {
+    Rig rig;
+    auto participant = rig.Participant(testing::Default);
+    auto engine = HttpEngine(rig);
+    const int port = engine->HttpPort();
+    const std::string parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    // Fails at charge: the reservation's compensation is written on a reply, long after the start.
+    const auto traced =
+        Post(port, "t1", R"({"item":"charge/x/1"})", {{"traceparent", parent}, {"tracestate", "congo=t61"}})
+            .Json()["sagaId"]
+            .get<std::string>();
+    const auto plain =
+        Post(port, "t2", R"({"item":"a"})", {{"traceparent", "00-not-a-trace"}, {"tracestate", "congo=t61"}})
+            .Json()["sagaId"]
+            .get<std::string>();
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+    std::vector<std::string> traced_steps;
+    int plain_commands = 0;
+    for (const auto& c : participant->Received()) {
+        if (c.saga_id == traced) {
+            traced_steps.push_back(c.step_name + ":" + c.phase);
+            CHECK(c.traceparent == parent);
+            CHECK(c.tracestate == "congo=t61");
+        } else if (c.saga_id == plain) {
+            ++plain_commands;
+            CHECK(c.traceparent.empty());
+            CHECK(c.tracestate.empty());
+        }
+    }
+    CHECK(traced_steps == std::vector<std::string>{"reserve:action", "charge:action", "reserve:compensation"});
+    CHECK(plain_commands == 4);
+    const auto view = HttpRequest(port, "GET", "/v1/sagas/" + traced).Json();
+    CHECK(view["traceparent"] == parent);
+    CHECK(view["tracestate"] == "congo=t61");
+    CHECK_FALSE(HttpRequest(port, "GET", "/v1/sagas/" + plain).Json().contains("traceparent"));
+}
+
 TEST_CASE("bearer tokens: 401 without, 403 for non-operators, keys scoped per client") {
     Rig rig;
     auto engine = HttpEngine(rig, {{"shop-token", "shop"}, {"app-token", "app"}, {"op-token", "operator-1"}});

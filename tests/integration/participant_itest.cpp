@@ -32,6 +32,8 @@ struct ParticipantRig {
     std::atomic<int> charges{0};
     std::atomic<int> refunds{0};
     std::atomic<int> flaky_calls{0};
+    std::mutex trace_mutex;
+    std::string charge_trace;  // the traceparent and tracestate the last charge handler saw
     // The planner settings each handler's SQL ran with ("plan_cache_mode enable_seqscan"): the
     // server's, although the participant's own statements plan on sagaflow's.
     std::mutex planner_mutex;
@@ -54,6 +56,10 @@ struct ParticipantRig {
         participant->OnAction("Charge.v1", [this](Transaction& tx, const Command& c) {
             ++charges;
             RecordPlanner(tx);
+            {
+                const std::lock_guard lock{trace_mutex};
+                charge_trace = c.traceparent + " " + c.tracestate;
+            }
             tx.Execute("INSERT INTO effect VALUES ($1::uuid, 'charge', $2::int)",
                        {c.saga_id, std::to_string(c.data.value("amount", 0))});
             return StepReply::Success({{"charged", c.data.value("amount", 0)}});
@@ -115,11 +121,17 @@ outbox::CloudEvent MakeCommand(const std::string& saga_id,
 TEST_CASE("a command is applied once; its repeats get the stored reply with the same event id") {
     ParticipantRig rig;
     const auto saga = outbox::NewUuidV7();
-    const auto charge = MakeCommand(saga, "charge", "action", "Charge.v1", {{"amount", 42}});
+    auto charge = MakeCommand(saga, "charge", "action", "Charge.v1", {{"amount", 42}});
+    charge.traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    charge.tracestate = "congo=t61rcWkgMzE";
     rig.Send(charge);
     const auto first = rig.Replies(1);
     REQUIRE(first.size() == 1);
     CHECK(first[0].correlation_id == charge.id);
+    // The saga's trace context reaches the handler and goes back with the reply.
+    CHECK(rig.charge_trace == charge.traceparent + " " + charge.tracestate);
+    CHECK(first[0].traceparent == charge.traceparent);
+    CHECK(first[0].tracestate == charge.tracestate);
     CHECK(first[0].data["outcome"] == "success");
     CHECK(first[0].data["charged"] == 42);
     CHECK(first[0].saga_id == saga);

@@ -79,6 +79,8 @@ void ScriptedParticipant::Run() {
         command.phase = event->phase;
         command.type = event->type;
         command.data = event->data;
+        command.traceparent = event->traceparent;
+        command.tracestate = event->tracestate;
         {
             std::lock_guard lock(mutex_);
             command.delivery = ++deliveries_[event->id];

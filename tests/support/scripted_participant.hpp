@@ -24,7 +24,8 @@ struct ReceivedCommand {
     std::string phase;
     std::string type;
     nlohmann::json data;
-    int delivery = 1;  // how many times this event id arrived so far, this one included
+    std::string traceparent, tracestate;  // the CloudEvents tracing extension, when the command has it
+    int delivery = 1;                     // how many times this event id arrived so far, this one included
 };
 
 struct ScriptedReply {

@@ -59,3 +59,45 @@ TEST_CASE("CloudEvents: a well-formed record parses; a malformed one says why") 
         CHECK(reason == expected);
     }
 }
+
+TEST_CASE("CloudEvents distributed tracing: a valid W3C traceparent travels, an invalid one is dropped") {
+    using sagaflow::outbox::ValidTraceparent;
+    using sagaflow::outbox::ValidTracestate;
+    const std::string good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    CHECK(ValidTraceparent(good));
+    CHECK(ValidTraceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later-fields"));
+    CHECK_FALSE(ValidTraceparent(""));
+    CHECK_FALSE(ValidTraceparent(good + "-x"));  // version 00 has exactly four fields
+    CHECK_FALSE(ValidTraceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"));  // zero trace id
+    CHECK_FALSE(ValidTraceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01"));  // zero parent id
+    CHECK_FALSE(ValidTraceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"));  // uppercase
+    CHECK_FALSE(ValidTraceparent("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));  // forbidden version
+    CHECK_FALSE(ValidTraceparent("00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+    CHECK(ValidTracestate("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"));
+    CHECK_FALSE(ValidTracestate(std::string(513, 'a')));
+    CHECK_FALSE(ValidTracestate("a=\n"));
+
+    sagaflow::outbox::CloudEvent event;
+    event.id = sagaflow::outbox::NewUuidV7();
+    event.type = "ChargePayment.v1";
+    event.source = "sagaflow/test";
+    event.traceparent = good;
+    event.tracestate = "congo=t61rcWkgMzE";
+    const auto json = event.ToJson();
+    CHECK(json["traceparent"] == good);
+    CHECK(json["tracestate"] == "congo=t61rcWkgMzE");
+    std::string reason;
+    const auto parsed = sagaflow::outbox::ParseCloudEvent(json.dump(), reason);
+    REQUIRE(parsed);
+    CHECK(parsed->traceparent == good);
+    CHECK(parsed->tracestate == "congo=t61rcWkgMzE");
+    auto bad = json;
+    bad["traceparent"] = "00-xyz";
+    const auto dropped = sagaflow::outbox::ParseCloudEvent(bad.dump(), reason);
+    REQUIRE(dropped);
+    CHECK(dropped->traceparent.empty());
+    CHECK(dropped->tracestate.empty());  // a tracestate without its traceparent means nothing
+    event.traceparent.clear();
+    CHECK_FALSE(event.ToJson().contains("traceparent"));
+    CHECK_FALSE(event.ToJson().contains("tracestate"));
+}
