@@ -53,7 +53,8 @@ void CheckCompensations(pqxx::transaction_base& tx, AuditCheck& check) {
         std::set<std::string> took_effect;     // actions that succeeded or whose outcome is unknown
         std::vector<std::string> compensated;  // in dispatch order
         for (const auto& p : phases[saga]) {
-            if (p.phase == "action" && (p.status == "succeeded" || p.status == "timed_out")) took_effect.insert(p.step);
+            if (p.phase == "action" && (p.status == "succeeded" || p.status == "timed_out" || p.status == "cancelled"))
+                took_effect.insert(p.step);
             if (p.phase == "compensation") {
                 compensated.push_back(p.step);
                 if (p.status != "succeeded") Add(check, saga, "compensation of " + p.step + " is " + p.status);

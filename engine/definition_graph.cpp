@@ -1,5 +1,6 @@
 #include "engine/definition_graph.hpp"
 
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -18,6 +19,7 @@ struct Node {
     std::string id;
     std::string label;  // lines joined by '\n'
     enum class Shape { kTerminal, kStep, kPivot, kCompensation } shape;
+    std::string status;  // with an overlay: the phase's status (or "reached"); empty: not reached
 };
 
 struct Graph {
@@ -27,21 +29,22 @@ struct Graph {
 
 Graph BuildGraph(const SagaDefinition& saga) {
     Graph g;
-    g.nodes.push_back({"start", "start", Node::Shape::kTerminal});
+    g.nodes.push_back({"start", "start", Node::Shape::kTerminal, {}});
     for (std::size_t i = 0; i < saga.steps.size(); ++i) {
         const auto& step = saga.steps[i];
         const bool pivot = step.kind == StepKind::kPivot;
         std::string label = step.name + (pivot ? " (pivot)" : step.kind == StepKind::kRetriable ? " (retriable)" : "");
         label += "\n" + step.participant + ": " + step.action.type;
-        g.nodes.push_back({"s" + std::to_string(i), label, pivot ? Node::Shape::kPivot : Node::Shape::kStep});
+        g.nodes.push_back({"s" + std::to_string(i), label, pivot ? Node::Shape::kPivot : Node::Shape::kStep, {}});
         if (step.compensation) {
             g.nodes.push_back({"c" + std::to_string(i),
                                "undo " + step.name + "\n" + step.participant + ": " + step.compensation->type,
-                               Node::Shape::kCompensation});
+                               Node::Shape::kCompensation,
+                               {}});
         }
     }
-    g.nodes.push_back({"completed", "completed", Node::Shape::kTerminal});
-    g.nodes.push_back({"compensated", "compensated", Node::Shape::kTerminal});
+    g.nodes.push_back({"completed", "completed", Node::Shape::kTerminal, {}});
+    g.nodes.push_back({"compensated", "compensated", Node::Shape::kTerminal, {}});
 
     g.edges.push_back({"start", saga.steps.empty() ? "completed" : "s0", "", false});
     for (std::size_t i = 0; i < saga.steps.size(); ++i) {
@@ -60,10 +63,11 @@ Graph BuildGraph(const SagaDefinition& saga) {
             }
         }
         g.edges.push_back({from, target, "failure", true});
-        // A step whose outcome stays unknown (timeout after its last attempt) may have taken effect:
-        // its own compensation runs first (a null compensation at the participant if it did not).
+        // A step whose outcome stays unknown (timeout after its last attempt, or cancelled in flight)
+        // may have taken effect: its own compensation runs first (a null compensation at the
+        // participant if it did not).
         if (saga.steps[i].compensation) {
-            g.edges.push_back({from, "c" + std::to_string(i), "timeout", true});
+            g.edges.push_back({from, "c" + std::to_string(i), "timeout or cancel", true});
         }
     }
     for (std::size_t i = 0; i < saga.steps.size(); ++i) {
@@ -80,6 +84,33 @@ Graph BuildGraph(const SagaDefinition& saga) {
     return g;
 }
 
+// Marks each node with what the instance did there.
+void Apply(const SagaDefinition& saga, const GraphOverlay& overlay, Graph& g) {
+    const auto status_of = [&](const std::string& step, const char* phase) {
+        const auto it = overlay.phases.find({step, phase});
+        return it == overlay.phases.end() ? std::string() : it->second;
+    };
+    for (auto& n : g.nodes) {
+        if (n.id == "start") {
+            n.status = "succeeded";
+        } else if (n.id == "completed" || n.id == "compensated") {
+            if (overlay.saga_status == n.id) n.status = n.id;
+        } else {
+            const auto& step = saga.steps[std::stoul(n.id.substr(1))];
+            n.status = status_of(step.name, n.id[0] == 's' ? "action" : "compensation");
+        }
+    }
+}
+
+// Fill and border colours per status.
+std::pair<const char*, const char*> Colours(const std::string& status) {
+    if (status == "succeeded" || status == "completed") return {"#c8e6c9", "#2e7d32"};
+    if (status == "compensated") return {"#bbdefb", "#1565c0"};
+    if (status == "failed") return {"#ffcdd2", "#c62828"};
+    if (status == "timed_out" || status == "cancelled") return {"#ffe0b2", "#ef6c00"};
+    return {"#fff59d", "#f9a825"};  // dispatched: in flight or waiting for its next attempt
+}
+
 std::string Replace(std::string text, const std::string& from, const std::string& to) {
     for (std::size_t at = 0; (at = text.find(from, at)) != std::string::npos; at += to.size()) {
         text.replace(at, from.size(), to);
@@ -87,9 +118,9 @@ std::string Replace(std::string text, const std::string& from, const std::string
     return text;
 }
 
-std::string Mermaid(const SagaDefinition& saga, const Graph& g) {
+std::string Mermaid(const SagaDefinition& saga, const Graph& g, const GraphOverlay* overlay) {
     std::ostringstream out;
-    out << "---\ntitle: " << saga.name << " v" << saga.version << "\n---\n";
+    out << "---\ntitle: " << saga.name << " v" << saga.version << (overlay ? " — " + overlay->title : "") << "\n---\n";
     out << "flowchart LR\n";
     for (const auto& n : g.nodes) {
         const std::string label = "\"" + Replace(Replace(n.label, "\"", "#quot;"), "\n", "<br/>") + "\"";
@@ -113,31 +144,56 @@ std::string Mermaid(const SagaDefinition& saga, const Graph& g) {
         if (!e.label.empty()) out << "|" << e.label << "|";
         out << " " << e.to << "\n";
     }
+    if (overlay) {
+        std::map<std::string, std::string> members;  // status -> "id,id"
+        for (const auto& n : g.nodes) {
+            if (n.status.empty()) continue;
+            auto& list = members[n.status];
+            list += (list.empty() ? "" : ",") + n.id;
+        }
+        for (const auto& [status, ids] : members) {
+            const auto [fill, stroke] = Colours(status);
+            out << "    classDef " << status << " fill:" << fill << ",stroke:" << stroke << "\n";
+            out << "    class " << ids << " " << status << "\n";
+        }
+    }
     return out.str();
 }
 
-std::string Dot(const SagaDefinition& saga, const Graph& g) {
+std::string Dot(const SagaDefinition& saga, const Graph& g, const GraphOverlay* overlay) {
     std::ostringstream out;
     out << "digraph \"" << saga.name << "\" {\n";
-    out << "    label=\"" << saga.name << " v" << saga.version << "\";\n";
+    out << "    label=\"" << saga.name << " v" << saga.version
+        << (overlay ? " — " + Replace(overlay->title, "\"", "\\\"") : "") << "\";\n";
     out << "    rankdir=LR;\n    node [shape=box, style=rounded, fontname=\"Helvetica\"];\n";
     out << "    edge [fontname=\"Helvetica\", fontsize=10];\n";
     for (const auto& n : g.nodes) {
         const std::string label = Replace(Replace(n.label, "\"", "\\\""), "\n", "\\n");
-        out << "    " << n.id << " [label=\"" << label << "\"";
+        std::string shape, style, fill, colour;
         switch (n.shape) {
             case Node::Shape::kTerminal:
-                out << ", shape=ellipse, style=filled, fillcolor=\"#eeeeee\"";
+                shape = "ellipse", style = "filled", fill = "#eeeeee";
                 break;
             case Node::Shape::kStep:
+                style = "rounded";
                 break;
             case Node::Shape::kPivot:
-                out << ", shape=hexagon, style=bold";
+                shape = "hexagon", style = "bold";
                 break;
             case Node::Shape::kCompensation:
-                out << ", style=\"rounded,dashed\", color=\"#b03030\"";
+                style = "rounded,dashed", colour = "#b03030";
                 break;
         }
+        if (overlay) {
+            const auto [f, c] = n.status.empty() ? std::pair{"#ffffff", "#9e9e9e"} : Colours(n.status);
+            if (style.find("filled") == std::string::npos) style += ",filled";
+            fill = f, colour = c;
+        }
+        out << "    " << n.id << " [label=\"" << label << "\"";
+        if (!shape.empty()) out << ", shape=" << shape;
+        if (style != "rounded") out << ", style=\"" << style << "\"";
+        if (!fill.empty()) out << ", fillcolor=\"" << fill << "\"";
+        if (!colour.empty()) out << ", color=\"" << colour << "\"";
         out << "];\n";
     }
     for (const auto& e : g.edges) {
@@ -155,9 +211,10 @@ std::string Dot(const SagaDefinition& saga, const Graph& g) {
 
 }  // namespace
 
-std::string RenderGraph(const SagaDefinition& saga, GraphFormat format) {
-    const Graph g = BuildGraph(saga);
-    return format == GraphFormat::kMermaid ? Mermaid(saga, g) : Dot(saga, g);
+std::string RenderGraph(const SagaDefinition& saga, GraphFormat format, const GraphOverlay* overlay) {
+    Graph g = BuildGraph(saga);
+    if (overlay) Apply(saga, *overlay, g);
+    return format == GraphFormat::kMermaid ? Mermaid(saga, g, overlay) : Dot(saga, g, overlay);
 }
 
 }  // namespace sagaflow

@@ -150,15 +150,7 @@ class Engine::Impl {
             std::shared_lock lock(definitions_mutex_);
             if (const auto it = by_hash_.find(hash); it != by_hash_.end()) return it->second;
         }
-        const auto rows =
-            tx.exec_params("SELECT source FROM saga_definition WHERE saga_type = $1 AND hash = $2", type, hash);
-        if (rows.empty()) throw std::runtime_error("saga definition " + type + "@" + hash + " is not in the database");
-        auto loaded = LoadDefinitionString(rows[0][0].as<std::string>(), type + "@" + hash.substr(0, 12));
-        if (!loaded.definition || loaded.definition->hash != hash) {
-            throw std::runtime_error("the stored source of saga definition " + type + "@" + hash +
-                                     " does not load back to the same definition");
-        }
-        auto definition = std::make_shared<const SagaDefinition>(std::move(*loaded.definition));
+        auto definition = std::make_shared<const SagaDefinition>(detail::ReadStoredDefinition(tx, type, hash));
         std::unique_lock lock(definitions_mutex_);
         by_hash_.emplace(hash, definition);
         return definition;
@@ -382,57 +374,21 @@ class Engine::Impl {
     std::optional<SagaView> GetSaga(const std::string& saga_id) {
         RequireStarted();
         if (!store::IsUuid(saga_id)) return std::nullopt;
-        return parts_.pool->RunBlocking([&](pqxx::connection& conn) -> std::optional<SagaView> {
+        return parts_.pool->RunBlocking([&](pqxx::connection& conn) {
             pqxx::read_transaction tx{conn};
-            const auto rows = tx.exec_params(
-                "SELECT saga_type, definition_version, definition_hash, status, coalesce(parked_reason, ''), "
-                "input::text, data::text, coalesce(idempotency_key, ''), coalesce(traceparent, ''), "
-                "coalesce(tracestate, ''), " +
-                    Rfc3339("created_at") + ", " + Rfc3339("updated_at") +
-                    " FROM saga_instance WHERE saga_id = $1::uuid",
-                saga_id);
-            if (rows.empty()) return std::nullopt;
-            SagaView view;
-            const auto& r = rows[0];
-            view.saga_id = saga_id;
-            view.saga_type = Text(r[0]);
-            view.definition_version = r[1].as<int>();
-            view.definition_hash = Text(r[2]);
-            view.status = Text(r[3]);
-            view.parked_reason = Text(r[4]);
-            view.input = Json(r[5]);
-            view.data = Json(r[6]);
-            view.idempotency_key = Text(r[7]);
-            view.trace = {Text(r[8]), Text(r[9])};
-            view.created_at = Text(r[10]);
-            view.updated_at = Text(r[11]);
-            for (const auto& s : tx.exec_params("SELECT step_name, phase, status, attempt, command_event_id::text, "
-                                                "reply::text, " +
-                                                    Rfc3339("dispatched_at") + ", " + Rfc3339("completed_at") + ", " +
-                                                    Rfc3339("next_attempt_at") + ", " + Rfc3339("deadline_at") +
-                                                    " FROM saga_step WHERE saga_id = $1::uuid ORDER BY dispatched_at, "
-                                                    "phase",
-                                                saga_id)) {
-                view.steps.push_back({Text(s[0]),
-                                      Text(s[1]),
-                                      Text(s[2]),
-                                      s[3].as<int>(),
-                                      Text(s[4]),
-                                      Json(s[5]),
-                                      Text(s[6]),
-                                      Text(s[7]),
-                                      Text(s[8]),
-                                      Text(s[9])});
-            }
-            for (const auto& e : tx.exec_params("SELECT " + Rfc3339("at") +
-                                                    ", kind, coalesce(step_name, ''), coalesce(phase, ''), "
-                                                    "coalesce(attempt, 0), coalesce(event_id::text, ''), detail::text "
-                                                    "FROM saga_event WHERE saga_id = $1::uuid ORDER BY id",
-                                                saga_id)) {
-                view.timeline.push_back(
-                    {Text(e[0]), Text(e[1]), Text(e[2]), Text(e[3]), e[4].as<int>(), Text(e[5]), Json(e[6])});
-            }
-            return view;
+            return detail::ReadSagaView(tx, saga_id);
+        });
+    }
+
+    std::optional<std::string> SagaGraph(const std::string& saga_id, GraphFormat format) {
+        RequireStarted();
+        if (!store::IsUuid(saga_id)) return std::nullopt;
+        return parts_.pool->RunBlocking([&](pqxx::connection& conn) -> std::optional<std::string> {
+            pqxx::read_transaction tx{conn};
+            const auto view = detail::ReadSagaView(tx, saga_id);
+            if (!view) return std::nullopt;
+            const auto overlay = detail::OverlayOf(*view);
+            return RenderGraph(*Definition(tx, view->saga_type, view->definition_hash), format, &overlay);
         });
     }
 
@@ -921,6 +877,10 @@ RetryResult Engine::RetrySaga(const std::string& saga_id) {
     return impl_->RetrySaga(saga_id);
 }
 
+std::optional<std::string> Engine::SagaGraph(const std::string& saga_id, GraphFormat format) {
+    return impl_->SagaGraph(saga_id, format);
+}
+
 CancelResult Engine::CancelSaga(const std::string& saga_id, const std::string& reason) {
     return impl_->CancelSaga(saga_id, reason);
 }
@@ -934,6 +894,77 @@ int Engine::HttpPort() const noexcept {
 }
 
 namespace detail {
+
+std::optional<SagaView> ReadSagaView(pqxx::transaction_base& tx, const std::string& saga_id) {
+    const auto rows = tx.exec_params(
+        "SELECT saga_type, definition_version, definition_hash, status, coalesce(parked_reason, ''), "
+        "input::text, data::text, coalesce(idempotency_key, ''), coalesce(traceparent, ''), "
+        "coalesce(tracestate, ''), " +
+            Rfc3339("created_at") + ", " + Rfc3339("updated_at") + " FROM saga_instance WHERE saga_id = $1::uuid",
+        saga_id);
+    if (rows.empty()) return std::nullopt;
+    SagaView view;
+    const auto& r = rows[0];
+    view.saga_id = saga_id;
+    view.saga_type = Text(r[0]);
+    view.definition_version = r[1].as<int>();
+    view.definition_hash = Text(r[2]);
+    view.status = Text(r[3]);
+    view.parked_reason = Text(r[4]);
+    view.input = Json(r[5]);
+    view.data = Json(r[6]);
+    view.idempotency_key = Text(r[7]);
+    view.trace = {Text(r[8]), Text(r[9])};
+    view.created_at = Text(r[10]);
+    view.updated_at = Text(r[11]);
+    for (const auto& s : tx.exec_params("SELECT step_name, phase, status, attempt, command_event_id::text, "
+                                        "reply::text, " +
+                                            Rfc3339("dispatched_at") + ", " + Rfc3339("completed_at") + ", " +
+                                            Rfc3339("next_attempt_at") + ", " + Rfc3339("deadline_at") +
+                                            " FROM saga_step WHERE saga_id = $1::uuid ORDER BY dispatched_at, "
+                                            "phase",
+                                        saga_id)) {
+        view.steps.push_back({Text(s[0]),
+                              Text(s[1]),
+                              Text(s[2]),
+                              s[3].as<int>(),
+                              Text(s[4]),
+                              Json(s[5]),
+                              Text(s[6]),
+                              Text(s[7]),
+                              Text(s[8]),
+                              Text(s[9])});
+    }
+    for (const auto& e : tx.exec_params("SELECT " + Rfc3339("at") +
+                                            ", kind, coalesce(step_name, ''), coalesce(phase, ''), "
+                                            "coalesce(attempt, 0), coalesce(event_id::text, ''), detail::text "
+                                            "FROM saga_event WHERE saga_id = $1::uuid ORDER BY id",
+                                        saga_id)) {
+        view.timeline.push_back(
+            {Text(e[0]), Text(e[1]), Text(e[2]), Text(e[3]), e[4].as<int>(), Text(e[5]), Json(e[6])});
+    }
+    return view;
+}
+
+SagaDefinition ReadStoredDefinition(pqxx::transaction_base& tx, const std::string& type, const std::string& hash) {
+    const auto rows =
+        tx.exec_params("SELECT source FROM saga_definition WHERE saga_type = $1 AND hash = $2", type, hash);
+    if (rows.empty()) throw std::runtime_error("saga definition " + type + "@" + hash + " is not in the database");
+    auto loaded = LoadDefinitionString(rows[0][0].as<std::string>(), type + "@" + hash.substr(0, 12));
+    if (!loaded.definition || loaded.definition->hash != hash) {
+        throw std::runtime_error("the stored source of saga definition " + type + "@" + hash +
+                                 " does not load back to the same definition");
+    }
+    return std::move(*loaded.definition);
+}
+
+GraphOverlay OverlayOf(const SagaView& saga) {
+    GraphOverlay overlay;
+    overlay.title = "saga " + saga.saga_id + ": " + saga.status;
+    overlay.saga_status = saga.status;
+    for (const auto& step : saga.steps) overlay.phases[{step.step_name, step.phase}] = step.status;
+    return overlay;
+}
 
 StartResult EngineInternals::StartIn(Engine& engine,
                                      pqxx::work& tx,

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "engine/definition.hpp"
+#include "engine/definition_graph.hpp"
 
 namespace sagaflow {
 
@@ -91,7 +92,7 @@ struct EngineConfig {
 struct StepPhaseRecord {
     std::string step_name;
     std::string phase;   // action | compensation
-    std::string status;  // dispatched | succeeded | failed | timed_out
+    std::string status;  // dispatched | succeeded | failed | timed_out | cancelled (the last two: outcome unknown)
     int attempt = 1;
     std::string command_event_id;
     nlohmann::json reply;                                                   // null until answered
@@ -248,6 +249,10 @@ class Engine {
 
     // The saga's state, its step phases and its timeline; nullopt if there is no such saga.
     std::optional<SagaView> GetSaga(const std::string& saga_id);
+
+    // The saga drawn over its definition's graph, each step phase coloured by its status (GET
+    // /v1/sagas/{id}/graph, `sagaflow show --format mermaid|dot`); nullopt if there is no such saga.
+    std::optional<std::string> SagaGraph(const std::string& saga_id, GraphFormat format);
 
     // Pages through sagas, newest first (operators; GET /v1/sagas).
     SagaPage ListSagas(const ListQuery& query);

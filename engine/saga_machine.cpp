@@ -67,7 +67,7 @@ class Machine {
 
     void StartPhase(std::size_t index, Phase phase) {
         const auto& step = def_.steps[index];
-        S().phases.push_back({step.name, phase, StepStatus::kDispatched, 1, false, false, nullptr});
+        S().phases.push_back({step.name, phase, StepStatus::kDispatched, 1, false, false, false, nullptr});
         decision_.commands.push_back(Dispatch{step.name, phase, 1, step.timeout});
     }
 
@@ -272,6 +272,7 @@ class Machine {
         current->status = StepStatus::kFailed;
         current->awaiting_retry = false;
         current->outcome_unknown = true;  // it may take effect yet: undo it too
+        current->cancelled = true;
         CompensateBelow(S().current_step + 1);
     }
 

@@ -34,6 +34,7 @@ struct StepPhaseState {
     int attempt = 1;
     bool awaiting_retry = false;   // a retry is scheduled; the old attempt's deadline is moot
     bool outcome_unknown = false;  // an action that never answered: compensated to be safe
+    bool cancelled = false;        // outcome unknown because the saga was cancelled while it was in flight
     nlohmann::json reply;
 };
 

@@ -1,8 +1,9 @@
 // The `sagaflow` command line. Exit codes: 0 success, 1 the input is invalid, 2 usage error.
+#include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
-#include <pqxx/except>
+#include <pqxx/pqxx>
 
 #include <atomic>
 #include <chrono>
@@ -21,6 +22,7 @@
 #include "engine/config.hpp"
 #include "engine/definition_graph.hpp"
 #include "engine/definition_loader.hpp"
+#include "engine/detail/saga_store.hpp"
 #include "engine/engine.hpp"
 #include "engine/retention.hpp"
 #include "engine/version.hpp"
@@ -29,6 +31,7 @@
 #include "outbox/kafka.hpp"
 #include "outbox/relay.hpp"
 #include "store/errors.hpp"
+#include "store/inbox.hpp"
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
 #include "store/sweeper.hpp"
@@ -149,6 +152,71 @@ int Prune(const std::string& url, int days, sagaflow::PruneOptions options) {
         std::cerr << "prune: " << so_far.sagas << " sagas deleted so far\n";
     });
     std::cout << sagaflow::Describe(report, options) << "\n";
+    return 0;
+}
+
+// One saga as an operator reads it: its state, step phases and timeline (text or JSON), or drawn
+// over its definition with each phase coloured by its status (mermaid, dot).
+int Show(const std::string& url, const std::string& saga_id, const std::string& format) {
+    if (!sagaflow::store::IsUuid(saga_id)) {
+        throw std::invalid_argument("'" + saga_id + "' is not a saga id (a UUID, as POST /v1/sagas answers)");
+    }
+    auto conn = sagaflow::store::ConnectOnce(url);
+    pqxx::read_transaction tx{*conn};
+    const auto saga = sagaflow::detail::ReadSagaView(tx, saga_id);
+    if (!saga) {
+        std::cerr << "sagaflow: error: no saga " << saga_id << " in this database\n";
+        return kExitInvalid;
+    }
+    if (format == "json") {
+        std::cout << sagaflow::detail::SagaJson(*saga).dump(2) << "\n";
+        return 0;
+    }
+    if (format == "mermaid" || format == "dot") {
+        const auto definition = sagaflow::detail::ReadStoredDefinition(tx, saga->saga_type, saga->definition_hash);
+        const auto overlay = sagaflow::detail::OverlayOf(*saga);
+        std::cout << sagaflow::RenderGraph(
+            definition, format == "dot" ? sagaflow::GraphFormat::kDot : sagaflow::GraphFormat::kMermaid, &overlay);
+        return 0;
+    }
+    const auto& s = *saga;
+    std::cout << fmt::format("saga {} · {} v{} · {}\n", s.saga_id, s.saga_type, s.definition_version, s.status);
+    if (!s.parked_reason.empty()) std::cout << "  parked: " << s.parked_reason << "\n";
+    std::cout << fmt::format("  created {} · updated {}\n", s.created_at, s.updated_at);
+    if (!s.idempotency_key.empty()) std::cout << "  idempotency key: " << s.idempotency_key << "\n";
+    if (!s.trace.traceparent.empty()) std::cout << "  traceparent: " << s.trace.traceparent << "\n";
+    std::cout << "  input: " << s.input.dump() << "\n  data:  " << s.data.dump() << "\n\n";
+    std::cout << fmt::format("  {:<20} {:<13} {:<11} {:>7}  {:<24} {}\n",
+                             "step",
+                             "phase",
+                             "status",
+                             "attempt",
+                             "dispatched",
+                             "answered / next attempt / deadline");
+    for (const auto& p : s.steps) {
+        const std::string when = !p.completed_at.empty()      ? p.completed_at
+                                 : !p.next_attempt_at.empty() ? "next attempt " + p.next_attempt_at
+                                 : !p.deadline_at.empty()     ? "deadline " + p.deadline_at
+                                                              : "";
+        std::cout << fmt::format("  {:<20} {:<13} {:<11} {:>7}  {:<24} {}\n",
+                                 p.step_name,
+                                 p.phase,
+                                 p.status,
+                                 p.attempt,
+                                 p.dispatched_at,
+                                 when);
+    }
+    std::cout << "\n  timeline:\n";
+    for (const auto& e : s.timeline) {
+        const std::string detail = e.detail.is_object() && !e.detail.empty() ? e.detail.dump() : "";
+        std::cout << fmt::format("  {}  {:<16} {:<20} {:<13} {:>2}  {}\n",
+                                 e.at,
+                                 e.kind,
+                                 e.step_name,
+                                 e.phase,
+                                 e.attempt == 0 ? "" : std::to_string(e.attempt),
+                                 detail);
+    }
     return 0;
 }
 
@@ -441,6 +509,16 @@ int main(int argc, char** argv) {
     dlq->add_flag("--replay", dlq_flags.replay, "produce the listed dead letters to their origin topics again");
     dlq->add_flag("--json", dlq_flags.json, "print them as JSON (values included)");
 
+    std::string show_id;
+    std::string show_format = "text";
+    auto* show = app.add_subcommand(
+        "show", "Show one saga: state, step phases and timeline, or a diagram coloured by what it did");
+    add_db(show);
+    show->add_option("SAGA_ID", show_id, "the saga's id")->required();
+    show->add_option("--format", show_format, "text, json, mermaid or dot (dot -Tpng -o saga.png draws it)")
+        ->check(CLI::IsMember({"text", "json", "mermaid", "dot"}))
+        ->capture_default_str();
+
     sagaflow::AuditOptions audit_options;
     bool audit_json = false;
     int grace_seconds = 60;
@@ -500,6 +578,7 @@ int main(int argc, char** argv) {
         if (*prune) return Prune(DbUrl(db_flag, config_file), prune_days, prune_options);
         if (*relay) return RunRelay(DbUrl(db_flag, config_file), brokers, config_file);
         if (*dlq) return DeadLetters(dlq_flags, config_file);
+        if (*show) return Show(DbUrl(db_flag, config_file), show_id, show_format);
         if (*run) return RunEngine(db_flag, run_flags, [run](const char* flag) { return run->count(flag) > 0; });
         if (*audit) {
             audit_options.db_url = DbUrl(db_flag, config_file);

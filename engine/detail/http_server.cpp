@@ -16,6 +16,7 @@
 
 #include "engine/detail/canonical.hpp"
 #include "engine/detail/engine_internals.hpp"
+#include "engine/detail/saga_store.hpp"
 #include "outbox/admin.hpp"
 #include "store/errors.hpp"
 #include "store/inbox.hpp"
@@ -108,44 +109,6 @@ bool ValidIdempotencyKey(std::string_view key) {
     return std::all_of(key.begin(), key.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
 }
 
-nlohmann::json SagaJson(const SagaView& saga) {
-    nlohmann::json steps = nlohmann::json::array();
-    for (const auto& s : saga.steps) {
-        steps.push_back({{"step", s.step_name},
-                         {"phase", s.phase},
-                         {"status", s.status},
-                         {"attempt", s.attempt},
-                         {"commandEventId", s.command_event_id},
-                         {"reply", s.reply},
-                         {"dispatchedAt", s.dispatched_at},
-                         {"completedAt", s.completed_at}});
-    }
-    nlohmann::json timeline = nlohmann::json::array();
-    for (const auto& e : saga.timeline) {
-        timeline.push_back({{"at", e.at},
-                            {"kind", e.kind},
-                            {"step", e.step_name},
-                            {"phase", e.phase},
-                            {"attempt", e.attempt},
-                            {"detail", e.detail}});
-    }
-    nlohmann::json out{{"sagaId", saga.saga_id},
-                       {"type", saga.saga_type},
-                       {"definitionVersion", saga.definition_version},
-                       {"status", saga.status},
-                       {"parkedReason", saga.parked_reason},
-                       {"input", saga.input},
-                       {"data", saga.data},
-                       {"createdAt", saga.created_at},
-                       {"updatedAt", saga.updated_at},
-                       {"steps", steps},
-                       {"timeline", timeline},
-                       {"links", {{"self", "/v1/sagas/" + saga.saga_id}}}};
-    if (!saga.trace.traceparent.empty()) out["traceparent"] = saga.trace.traceparent;
-    if (!saga.trace.tracestate.empty()) out["tracestate"] = saga.trace.tracestate;
-    return out;
-}
-
 // The answer to a start the engine refuses before any database work.
 Response Refused(const StartResult& result) {
     if (result.status == StartResult::Status::kUnknownType) {
@@ -192,6 +155,44 @@ Response Failed(const std::string& method, const std::string& target, const std:
 }
 
 }  // namespace
+
+nlohmann::json SagaJson(const SagaView& saga) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& s : saga.steps) {
+        steps.push_back({{"step", s.step_name},
+                         {"phase", s.phase},
+                         {"status", s.status},
+                         {"attempt", s.attempt},
+                         {"commandEventId", s.command_event_id},
+                         {"reply", s.reply},
+                         {"dispatchedAt", s.dispatched_at},
+                         {"completedAt", s.completed_at}});
+    }
+    nlohmann::json timeline = nlohmann::json::array();
+    for (const auto& e : saga.timeline) {
+        timeline.push_back({{"at", e.at},
+                            {"kind", e.kind},
+                            {"step", e.step_name},
+                            {"phase", e.phase},
+                            {"attempt", e.attempt},
+                            {"detail", e.detail}});
+    }
+    nlohmann::json out{{"sagaId", saga.saga_id},
+                       {"type", saga.saga_type},
+                       {"definitionVersion", saga.definition_version},
+                       {"status", saga.status},
+                       {"parkedReason", saga.parked_reason},
+                       {"input", saga.input},
+                       {"data", saga.data},
+                       {"createdAt", saga.created_at},
+                       {"updatedAt", saga.updated_at},
+                       {"steps", steps},
+                       {"timeline", timeline},
+                       {"links", {{"self", "/v1/sagas/" + saga.saga_id}}}};
+    if (!saga.trace.traceparent.empty()) out["traceparent"] = saga.trace.traceparent;
+    if (!saga.trace.tracestate.empty()) out["tracestate"] = saga.trace.tracestate;
+    return out;
+}
 
 HttpServer::HttpServer(asio::io_context& io, Engine& engine, const EngineConfig& config)
     : io_(io), engine_(engine), config_(config), acceptor_(io) {
@@ -424,6 +425,19 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
         const auto saga = engine_.GetSaga(third);
         if (!saga) return Problem(404, "saga-not-found", "Saga not found", "no saga " + third);
         return Json(200, SagaJson(*saga));
+    }
+    if (segments.size() == 4 && segments[3] == "graph") {
+        if (method != http::verb::get) return not_allowed("GET");
+        const auto it = request.query.find("format");
+        const std::string format = it == request.query.end() ? "mermaid" : it->second;
+        if (format != "mermaid" && format != "dot") {
+            return Problem(400, "invalid-query", "Invalid query", "format must be mermaid or dot");
+        }
+        const auto graph = store::IsUuid(third)
+                               ? engine_.SagaGraph(third, format == "dot" ? GraphFormat::kDot : GraphFormat::kMermaid)
+                               : std::nullopt;
+        if (!graph) return Problem(404, "saga-not-found", "Saga not found", "no saga " + third);
+        return {200, format == "dot" ? "text/vnd.graphviz; charset=utf-8" : "text/plain; charset=utf-8", *graph, {}};
     }
     if (segments.size() == 4 && segments[3] == "retry") {
         if (method != http::verb::post) return not_allowed("POST");

@@ -34,7 +34,8 @@ std::optional<machine::SagaStatus> ParseSagaStatus(std::string_view text) {
     return std::nullopt;
 }
 
-// saga_step.status <-> (StepStatus, outcome_unknown): an action that never answered is 'timed_out'.
+// saga_step.status <-> (StepStatus, outcome_unknown, cancelled): an action that never answered is
+// 'timed_out', one in flight when the saga was cancelled 'cancelled'.
 std::string StepStatusText(const machine::StepPhaseState& phase) {
     switch (phase.status) {
         case StepStatus::kDispatched:
@@ -42,13 +43,14 @@ std::string StepStatusText(const machine::StepPhaseState& phase) {
         case StepStatus::kSucceeded:
             return "succeeded";
         case StepStatus::kFailed:
-            return phase.outcome_unknown ? "timed_out" : "failed";
+            return !phase.outcome_unknown ? "failed" : phase.cancelled ? "cancelled" : "timed_out";
     }
     return "failed";
 }
 
 void ParseStepStatus(std::string_view text, machine::StepPhaseState& phase) {
-    phase.outcome_unknown = text == "timed_out";
+    phase.cancelled = text == "cancelled";
+    phase.outcome_unknown = text == "timed_out" || phase.cancelled;
     phase.status = text == "dispatched"  ? StepStatus::kDispatched
                    : text == "succeeded" ? StepStatus::kSucceeded
                                          : StepStatus::kFailed;

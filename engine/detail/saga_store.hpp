@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "engine/definition.hpp"
+#include "engine/definition_graph.hpp"
+#include "engine/engine.hpp"
 #include "engine/saga_machine.hpp"
 
 namespace sagaflow::detail {
@@ -169,5 +171,15 @@ std::optional<machine::Phase> ParsePhase(std::string_view text);
 // dispatched again with its retry due now, the saga running (or compensating) again. Returns the
 // phase's step name, or empty if there is none.
 std::string ReopenParked(pqxx::transaction_base& tx, const LoadedSaga& saga);
+
+// The saga, its step phases and its timeline, as Engine::GetSaga and `sagaflow show` present
+// them; nullopt if there is no such saga (defined in engine.cpp).
+std::optional<SagaView> ReadSagaView(pqxx::transaction_base& tx, const std::string& saga_id);
+// A definition stored in saga_definition, loaded back and checked against its hash.
+SagaDefinition ReadStoredDefinition(pqxx::transaction_base& tx, const std::string& type, const std::string& hash);
+// The graph overlay of a saga instance: its status and each step phase's.
+GraphOverlay OverlayOf(const SagaView& saga);
+// The saga as GET /v1/sagas/{id} answers it (defined in http_server.cpp).
+nlohmann::json SagaJson(const SagaView& saga);
 
 }  // namespace sagaflow::detail

@@ -6,6 +6,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
+#include <fstream>
 #include <future>
 #include <pqxx/pqxx>
 #include <set>
@@ -15,6 +16,7 @@
 #include "engine/engine.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/saga_rig.hpp"
+#include "tests/support/services.hpp"
 
 using namespace sagaflow;
 using testing::Count;
@@ -405,6 +407,50 @@ TEST_CASE("cancel: the step in flight and the steps before it are compensated; p
         CHECK(entry["detail"]["reason"] == "customer called");
     }
     CHECK(entries == 1);
+    // Drawn over its definition: the cancelled charge as the step of unknown outcome, both
+    // compensations done, the pivot and what follows it never reached. Graphviz accepts the DOT.
+    const auto dot = HttpRequest(port, "GET", "/v1/sagas/" + held + "/graph?format=dot");
+    REQUIRE(dot.status == 200);
+    CHECK(dot.Header("content-type") == "text/vnd.graphviz; charset=utf-8");
+    const auto node = [&](const std::string& text, const std::string& id) {
+        const auto at = text.find("\n    " + id + " [");
+        return at == std::string::npos ? std::string() : text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+    };
+    CHECK(node(dot.body, "s0").find("fillcolor=\"#c8e6c9\"") != std::string::npos);           // succeeded
+    CHECK(node(dot.body, "s1").find("fillcolor=\"#ffe0b2\"") != std::string::npos);           // cancelled
+    CHECK(node(dot.body, "c1").find("fillcolor=\"#c8e6c9\"") != std::string::npos);           // refunded
+    CHECK(node(dot.body, "c0").find("fillcolor=\"#c8e6c9\"") != std::string::npos);           // released
+    CHECK(node(dot.body, "s2").find("fillcolor=\"#ffffff\"") != std::string::npos);           // never reached
+    CHECK(node(dot.body, "compensated").find("fillcolor=\"#bbdefb\"") != std::string::npos);  // where it ended
+    CHECK(node(dot.body, "completed").find("fillcolor=\"#ffffff\"") != std::string::npos);
+    {
+        const std::string file = "/tmp/" + testing::UniqueName("graph") + ".dot";
+        std::ofstream(file) << dot.body;
+        CHECK(std::system(("dot -Tsvg -o /dev/null " + file).c_str()) == 0);
+        std::remove(file.c_str());
+    }
+    const auto mermaid = HttpRequest(port, "GET", "/v1/sagas/" + held + "/graph");
+    CHECK(mermaid.status == 200);
+    CHECK(mermaid.body.find("    class s1 cancelled\n") != std::string::npos);
+    CHECK(mermaid.body.find("    class compensated compensated\n") != std::string::npos);
+    CHECK(mermaid.body.find("    class start,s0,c0,c1 succeeded\n") != std::string::npos);
+    CHECK(mermaid.body.find("title: itest-saga v1 — saga " + held + ": compensated") != std::string::npos);
+    CHECK(ProblemType(HttpRequest(port, "GET", "/v1/sagas/" + held + "/graph?format=png")) == "invalid-query");
+    CHECK(HttpRequest(port, "GET", "/v1/sagas/01890000-0000-7000-8000-000000000000/graph").status == 404);
+    // `sagaflow show` reads the same from the database alone.
+    const auto shown = testing::RunCli("show " + held + " --db '" + rig.db.Url() + "'");
+    CHECK(shown.code == 0);
+    CHECK(shown.out.find("saga " + held + " · itest-saga v1 · compensated") != std::string::npos);
+    CHECK(shown.out.find("  charge               action        cancelled") != std::string::npos);
+    CHECK(shown.out.find("cancelled        charge") != std::string::npos);  // the timeline entry
+    CHECK(shown.out.find("customer called") != std::string::npos);
+    CHECK(testing::RunCli("show " + held + " --format dot --db '" + rig.db.Url() + "'").out == dot.body);
+    const auto missing = testing::RunCli("show 01890000-0000-7000-8000-000000000000 --db '" + rig.db.Url() + "'");
+    CHECK(missing.code == 1);
+    CHECK(missing.err.find("no saga 01890000-0000-7000-8000-000000000000 in this database") != std::string::npos);
+    CHECK(testing::RunCli("show nope --db '" + rig.db.Url() + "'").err.find("'nope' is not a saga id") !=
+          std::string::npos);
+
     // Repeated: answered by the state, nothing more happens.
     const auto again = cancel(held);
     CHECK(again.status == 200);

@@ -35,12 +35,15 @@ std::vector<fs::path> FilesIn(const fs::path& dir, const std::string& extension 
 }
 
 // Mermaid flowchart grammar as we emit it: front matter, header, node statements, edge statements,
-// and every edge endpoint declared as a node.
+// class definitions and assignments (an instance's overlay), every edge endpoint and classed node
+// declared as a node, every class used defined first.
 std::string MermaidProblems(const std::string& text) {
     static const std::regex kNode{
         R"(    ([A-Za-z][A-Za-z0-9_]*)(\(\["[^"]*"\]\)|\["[^"]*"\]|\{\{"[^"]*"\}\}|\[/"[^"]*"/\]))"};
     static const std::regex kEdge{
         R"(    ([A-Za-z][A-Za-z0-9_]*) (-->|-\.->)(\|[A-Za-z ]+\|)? ([A-Za-z][A-Za-z0-9_]*))"};
+    static const std::regex kClassDef{R"(    classDef ([a-z_]+) fill:#[0-9a-f]{6},stroke:#[0-9a-f]{6})"};
+    static const std::regex kClass{R"(    class ([A-Za-z0-9_,]+) ([a-z_]+))"};
     std::istringstream in(text);
     std::string line;
     std::vector<std::string> lines;
@@ -50,6 +53,7 @@ std::string MermaidProblems(const std::string& text) {
         return "bad header";
     }
     std::set<std::string> nodes;
+    std::set<std::string> classes;
     std::vector<std::pair<std::string, std::string>> edges;
     for (std::size_t i = 4; i < lines.size(); ++i) {
         std::smatch m;
@@ -57,6 +61,14 @@ std::string MermaidProblems(const std::string& text) {
             if (!nodes.insert(m[1]).second) return "node declared twice: " + lines[i];
         } else if (std::regex_match(lines[i], m, kEdge)) {
             edges.emplace_back(m[1], m[4]);
+        } else if (std::regex_match(lines[i], m, kClassDef)) {
+            classes.insert(m[1]);
+        } else if (std::regex_match(lines[i], m, kClass)) {
+            if (!classes.count(m[2])) return "class used before its classDef: " + lines[i];
+            std::istringstream ids(m[1]);
+            for (std::string id; std::getline(ids, id, ',');) {
+                if (!nodes.count(id)) return "class of an undeclared node: " + id;
+            }
         } else {
             return "not a node or edge statement: " + lines[i];
         }
@@ -127,9 +139,38 @@ TEST_CASE("every saga under sagas/ loads and draws a valid Mermaid diagram") {
     }
 }
 
+TEST_CASE("an instance's diagram colours each phase by its status and stays valid Mermaid and DOT") {
+    const auto result = sagaflow::LoadDefinitionFile(SourceDir() / "sagas/order-payment.yaml");
+    REQUIRE(result.definition);
+    sagaflow::GraphOverlay overlay;
+    overlay.title = "saga x: compensating";
+    overlay.saga_status = "compensating";
+    overlay.phases = {{{"create-order", "action"}, "succeeded"},
+                      {{"charge-payment", "action"}, "cancelled"},
+                      {{"charge-payment", "compensation"}, "dispatched"}};
+    const std::string mermaid = sagaflow::RenderGraph(*result.definition, sagaflow::GraphFormat::kMermaid, &overlay);
+    CHECK(MermaidProblems(mermaid) == "");
+    CHECK(mermaid.find("title: order-payment v1 — saga x: compensating\n") != std::string::npos);
+    CHECK(mermaid.find("    class start,s0 succeeded\n") != std::string::npos);
+    CHECK(mermaid.find("    class s1 cancelled\n") != std::string::npos);
+    CHECK(mermaid.find("    class c1 dispatched\n") != std::string::npos);
+    CHECK(mermaid.find("compensated compensated") == std::string::npos);  // not reached yet
+    const std::string dot = sagaflow::RenderGraph(*result.definition, sagaflow::GraphFormat::kDot, &overlay);
+    CHECK(
+        dot.find("    c1 [label=\"undo charge-payment\\npayment: RefundPayment.v1\", style=\"rounded,dashed,filled\", "
+                 "fillcolor=\"#fff59d\", color=\"#f9a825\"];") != std::string::npos);
+    CHECK(dot.find("    s2 [label=\"approve-order (retriable)\\norder: ApproveOrder.v1\", style=\"rounded,filled\", "
+                   "fillcolor=\"#ffffff\", color=\"#9e9e9e\"];") != std::string::npos);
+    // Without an overlay the diagram of the definition has no classes.
+    CHECK(sagaflow::RenderGraph(*result.definition, sagaflow::GraphFormat::kMermaid).find("class") ==
+          std::string::npos);
+}
+
 TEST_CASE("the Mermaid check itself refuses broken diagrams") {
     CHECK(MermaidProblems("---\ntitle: x\n---\nflowchart LR\n    a[\"a\"]\n    a --> b\n") ==
           "edge to an undeclared node: a -> b");
     CHECK(MermaidProblems("---\ntitle: x\n---\nflowchart LR\n    a[\"a\"\n") ==
           "not a node or edge statement:     a[\"a\"");
+    CHECK(MermaidProblems("---\ntitle: x\n---\nflowchart LR\n    a[\"a\"]\n    a --> a\n    class a done\n") ==
+          "class used before its classDef:     class a done");
 }

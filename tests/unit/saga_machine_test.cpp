@@ -289,6 +289,7 @@ TEST_CASE("cancel: before the point of no return the step in flight and the comp
         const auto* charge = run.state.Find("charge-payment", Phase::kAction);
         CHECK(charge->status == StepStatus::kFailed);
         CHECK(charge->outcome_unknown);
+        CHECK(charge->cancelled);
         // The charge's late answer changes nothing: its refund is under way.
         CHECK(run(Ok("charge-payment")).ignored == "the action of step 'charge-payment' is already answered");
         CHECK(run(Cancel{"again"}).ignored == "the saga is already compensating");
