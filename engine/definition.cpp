@@ -98,14 +98,18 @@ nlohmann::json SagaDefinition::Canonical() const {
         s["compensation"] = step.compensation ? CommandJson(*step.compensation) : nlohmann::json();
         steps_json.push_back(std::move(s));
     }
-    return {{"saga", name},
-            {"version", version},
-            {"description", description},
-            {"input", input_json},
-            {"timeoutMs", timeout.count()},
-            {"retry", RetryJson(retry)},
-            {"compensationRetry", RetryJson(compensation_retry)},
-            {"steps", steps_json}};
+    nlohmann::json out{{"saga", name},
+                       {"version", version},
+                       {"description", description},
+                       {"input", input_json},
+                       {"timeoutMs", timeout.count()},
+                       {"retry", RetryJson(retry)},
+                       {"compensationRetry", RetryJson(compensation_retry)},
+                       {"steps", steps_json}};
+    // Only when set: a definition without a deadline keeps the hash it had before deadlines existed
+    // (a deployed database pins its sagas to those hashes).
+    if (deadline) out["deadlineMs"] = deadline->count();
+    return out;
 }
 
 std::optional<std::size_t> SagaDefinition::PivotIndex() const {

@@ -73,6 +73,9 @@ struct SagaDefinition {
     std::chrono::milliseconds timeout{30'000};
     RetryPolicy retry;
     RetryPolicy compensation_retry;
+    // Cancelled (as by CancelSaga) if still running before its point of no return this long after
+    // its start; none by default.
+    std::optional<std::chrono::milliseconds> deadline;
     std::vector<StepDefinition> steps;
     std::string hash;  // SHA-256 (hex) of Canonical().dump()
 

@@ -686,7 +686,8 @@ LoadResult Loader::Run(std::string_view text) {
         return result;
     }
     SagaDefinition saga;
-    const auto fields = Map(root, root.Mark(), "", {"saga", "version", "description", "input", "defaults", "steps"});
+    const auto fields =
+        Map(root, root.Mark(), "", {"saga", "version", "description", "input", "defaults", "deadline", "steps"});
     if (!fields) {
         result.diagnostics = TakeDiagnostics();
         return result;
@@ -706,6 +707,7 @@ LoadResult Loader::Run(std::string_view text) {
         saga.version = static_cast<int>(*version);
     }
     if (auto description = String(*fields, "description", "", root.Mark(), false)) saga.description = *description;
+    saga.deadline = Duration(*fields, "deadline", "", milliseconds{1'000}, milliseconds{30LL * 86'400'000});
     if (const auto input = fields->find("input"); input != fields->end()) {
         saga.input = ReadSchema(input->second, "input", 0);
     }
@@ -752,6 +754,13 @@ LoadResult Loader::Run(std::string_view text) {
         }
         CheckReferences(saga);
         CheckSafety(saga);
+        if (saga.deadline && !saga.steps.empty() && saga.steps[0].kind != StepKind::kCompensatable) {
+            Error(MarkOf(fields->at("deadline")),
+                  "deadline",
+                  "the first step '" + saga.steps[0].name + "' is " + std::string(ToString(saga.steps[0].kind)) +
+                      ": the saga is past its point of no return from the start, so a deadline could never cancel "
+                      "it. Remove 'deadline:'.");
+        }
     }
     if (diagnostics_.empty()) {
         saga.hash = detail::CanonicalHash(saga.Canonical());

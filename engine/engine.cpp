@@ -23,6 +23,7 @@
 #include "engine/detail/http_server.hpp"
 #include "engine/detail/runtime.hpp"
 #include "engine/detail/saga_store.hpp"
+#include "engine/detail/yaml_reader.hpp"
 #include "engine/retention.hpp"
 #include "outbox/admin.hpp"
 #include "outbox/consumer.hpp"
@@ -330,16 +331,21 @@ class Engine::Impl {
             tx, definition, saga, decision, {{"started", {}, {}, 0, {}, {{"version", definition.version}}}}, &writes);
         // The saga row with its first state, its timeline and its first commands in one
         // statement; nothing if the key started a saga before.
-        if (writes.InsertStarted(tx,
-                                 {type,
-                                  definition.version,
-                                  definition.hash,
-                                  input.dump(),
-                                  key.empty() ? std::nullopt : std::optional<std::string>(key),
-                                  saga.traceparent,
-                                  saga.tracestate})) {
+        if (writes.InsertStarted(
+                tx,
+                {type,
+                 definition.version,
+                 definition.hash,
+                 input.dump(),
+                 key.empty() ? std::nullopt : std::optional<std::string>(key),
+                 saga.traceparent,
+                 saga.tracestate,
+                 definition.deadline ? std::optional<std::int64_t>(definition.deadline->count()) : std::nullopt})) {
             RecordLatencies(writes.Flush(tx));
             pending.next_timer = effects.next_timer;
+            if (definition.deadline && (!pending.next_timer || *definition.deadline < *pending.next_timer)) {
+                pending.next_timer = *definition.deadline;
+            }
             r.status = StartResult::Status::kStarted;
             r.saga_id = saga.saga_id;
             return r;
@@ -781,6 +787,7 @@ class Engine::Impl {
         auto saga = detail::LockSaga(tx, timer.saga_id, LockMode::kSkipLocked);
         if (!saga) return false;
         const auto definition = Definition(tx, saga->saga_type, saga->definition_hash);
+        if (timer.saga_deadline) return FireDeadline(tx, *definition, *saga);
         machine::Event event = machine::Timeout{timer.step_name, timer.phase, timer.attempt};
         if (timer.retry) event = machine::RetryDue{timer.step_name, timer.phase, timer.attempt + 1};
         const auto decision = machine::Decide(*definition, saga->state, event);
@@ -793,6 +800,31 @@ class Engine::Impl {
         PersistLocked(tx, *definition, *saga, decision, std::move(timeline));
         tx.commit();
         ++counters_.timers_fired;
+        return true;
+    }
+
+    // The saga's own deadline passed while it runs: cancelled if it is still before its point of no
+    // return; otherwise the deadline no longer applies and is cleared. Either way the timeline says so.
+    bool FireDeadline(pqxx::work& tx, const SagaDefinition& definition, const LoadedSaga& saga) {
+        const std::string reason = "its deadline of " + detail::FormatDuration(*definition.deadline) + " passed";
+        const auto decision = machine::Decide(definition, saga.state, machine::Cancel{reason});
+        if (!decision.ignored.empty()) {
+            store::Exec(tx, "UPDATE saga_instance SET deadline_at = NULL WHERE saga_id = $1::uuid", saga.saga_id);
+            detail::RecordEvents(
+                tx, saga.saga_id, {{"deadline-passed", {}, {}, 0, {}, {{"ignored", decision.ignored}}}});
+            tx.commit();
+            return true;
+        }
+        const auto& step = definition.steps[saga.state.current_step];
+        const auto* action = saga.state.Find(step.name, machine::Phase::kAction);
+        PersistLocked(tx,
+                      definition,
+                      saga,
+                      decision,
+                      {{"cancelled", step.name, "action", action->attempt, {}, {{"reason", reason}}}});
+        tx.commit();
+        ++counters_.sagas_cancelled;
+        spdlog::info("saga {} cancelled: {}", saga.saga_id, reason);
         return true;
     }
 

@@ -111,8 +111,9 @@ struct TraceContext {
 
 struct TimelineEntry {
     std::string at;  // RFC 3339
-    std::string
-        kind;  // started | dispatched | resent | reply | timeout | retry-scheduled | cancelled | finished | ignored
+    // started | dispatched | resent | reply | timeout | retry-scheduled | cancelled | deadline-passed |
+    // operator-retry | finished | ignored
+    std::string kind;
     std::string step_name, phase;
     int attempt = 0;
     std::string event_id;

@@ -304,37 +304,40 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
 
 bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) {
     const SagaRow& row = saga_rows_.at(0);
-    std::vector<Texts> columns{{row.saga_id},
-                               {saga.saga_type},
-                               {std::to_string(saga.definition_version)},
-                               {saga.definition_hash},
-                               {row.status},
-                               {row.current_step},
-                               {row.data},
-                               {row.parked_reason},
-                               {saga.input},
-                               {saga.idempotency_key},
-                               {saga.traceparent.empty() ? std::nullopt : std::optional<std::string>(saga.traceparent)},
-                               {saga.tracestate.empty() ? std::nullopt : std::optional<std::string>(saga.tracestate)}};
+    std::vector<Texts> columns{
+        {row.saga_id},
+        {saga.saga_type},
+        {std::to_string(saga.definition_version)},
+        {saga.definition_hash},
+        {row.status},
+        {row.current_step},
+        {row.data},
+        {row.parked_reason},
+        {saga.input},
+        {saga.idempotency_key},
+        {saga.traceparent.empty() ? std::nullopt : std::optional<std::string>(saga.traceparent)},
+        {saga.tracestate.empty() ? std::nullopt : std::optional<std::string>(saga.tracestate)},
+        {saga.deadline_ms ? std::optional<std::string>(std::to_string(*saga.deadline_ms)) : std::nullopt}};
     columns.resize(columns.size() + 6 + 9);
     // A new saga's dispatches are all new: every entry goes in.
-    for (const auto& e : timeline_) AppendTimelineColumns(columns, 12, e.row);
-    AppendNewStepColumns(columns, 18, new_steps_);
+    for (const auto& e : timeline_) AppendTimelineColumns(columns, 13, e.row);
+    AppendNewStepColumns(columns, 19, new_steps_);
     // version 1 and updated_at as the start's UPDATE used to leave them. Its first step rows and
     // their commands in the same statement, only with the saga row.
     const auto inserted = store::ExecArrays(
         tx,
         "WITH saga AS (INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, "
-        "current_step, data, parked_reason, input, idempotency_key, traceparent, tracestate, updated_at, version) "
-        "SELECT s, t, v, h, st, c, d::jsonb, p, i::jsonb, k, tp, ts, clock_timestamp(), 1 FROM unnest($1::uuid[], "
-        "$2::text[], $3::int[], $4::text[], $5::text[], $6::int[], $7::text[], $8::text[], $9::text[], $10::text[], "
-        "$11::text[], $12::text[]) AS u(s, t, v, h, st, c, d, p, i, k, tp, ts) "
+        "current_step, data, parked_reason, input, idempotency_key, traceparent, tracestate, deadline_at, "
+        "updated_at, version) SELECT s, t, v, h, st, c, d::jsonb, p, i::jsonb, k, tp, ts, clock_timestamp() + dl * "
+        "interval '1 millisecond', clock_timestamp(), 1 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], "
+        "$5::text[], $6::int[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], "
+        "$13::bigint[]) AS u(s, t, v, h, st, c, d, p, i, k, tp, ts, dl) "
         "ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING saga_id), "
         "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
         "SELECT saga.saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM saga, "
-        "unnest($13::text[], $14::text[], $15::text[], $16::int[], $17::uuid[], $18::text[]) WITH ORDINALITY AS "
+        "unnest($14::text[], $15::text[], $16::text[], $17::int[], $18::uuid[], $19::text[]) WITH ORDINALITY AS "
         "e(kind, step_name, phase, attempt, event_id, detail, n) ORDER BY n), " +
-            NewStepsSql(19, "EXISTS (SELECT FROM saga)") + ", dispatch AS (" +
+            NewStepsSql(20, "EXISTS (SELECT FROM saga)") + ", dispatch AS (" +
             outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
             " RETURNING 1) SELECT count(*) FROM saga",
         columns);
@@ -519,14 +522,18 @@ std::string ReopenParked(pqxx::transaction_base& tx, const LoadedSaga& saga) {
 }
 
 std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit) {
-    // Two index-backed halves: deadlines of open phases, and backoffs that elapsed.
+    // Three index-backed parts: deadlines of open phases, backoffs that elapsed, and the deadlines
+    // of running sagas.
     const auto rows = tx.exec_params(
-        "(SELECT saga_id::text, step_name, phase, attempt, false FROM saga_step "
+        "(SELECT saga_id::text, step_name, phase, attempt, false, false FROM saga_step "
         "  WHERE status = 'dispatched' AND next_attempt_at IS NULL AND deadline_at <= clock_timestamp() "
         "  ORDER BY deadline_at LIMIT $1) "
         "UNION ALL "
-        "(SELECT saga_id::text, step_name, phase, attempt, true FROM saga_step "
-        "  WHERE next_attempt_at <= clock_timestamp() ORDER BY next_attempt_at LIMIT $1)",
+        "(SELECT saga_id::text, step_name, phase, attempt, true, false FROM saga_step "
+        "  WHERE next_attempt_at <= clock_timestamp() ORDER BY next_attempt_at LIMIT $1) "
+        "UNION ALL "
+        "(SELECT saga_id::text, '', 'action', 0, false, true FROM saga_instance "
+        "  WHERE status = 'running' AND deadline_at <= clock_timestamp() ORDER BY deadline_at LIMIT $1)",
         limit);
     std::vector<DueTimer> due;
     due.reserve(rows.size());
@@ -537,6 +544,7 @@ std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit) {
         timer.phase = ParsePhase(row[2].as<std::string>()).value_or(Phase::kAction);
         timer.attempt = row[3].as<int>();
         timer.retry = row[4].as<bool>();
+        timer.saga_deadline = row[5].as<bool>();
         due.push_back(std::move(timer));
     }
     return due;
@@ -546,7 +554,9 @@ std::optional<std::chrono::milliseconds> NextTimer(pqxx::transaction_base& tx) {
     const auto row = tx.exec(
         "SELECT ceil(extract(epoch FROM least("
         "  (SELECT min(deadline_at) FROM saga_step WHERE status = 'dispatched' AND next_attempt_at IS NULL), "
-        "  (SELECT min(next_attempt_at) FROM saga_step WHERE next_attempt_at IS NOT NULL)) - clock_timestamp()) "
+        "  (SELECT min(next_attempt_at) FROM saga_step WHERE next_attempt_at IS NOT NULL), "
+        "  (SELECT min(deadline_at) FROM saga_instance WHERE status = 'running' AND deadline_at IS NOT NULL)) "
+        "  - clock_timestamp()) "
         "  * 1000)::bigint");
     if (row.at(0)[0].is_null()) return std::nullopt;
     return std::chrono::milliseconds(std::max<std::int64_t>(0, row[0][0].as<std::int64_t>()));

@@ -85,7 +85,8 @@ class WriteBatch {
         int definition_version = 0;
         std::string definition_hash, input;
         std::optional<std::string> idempotency_key;
-        std::string traceparent, tracestate;  // empty: none
+        std::string traceparent, tracestate;      // empty: none
+        std::optional<std::int64_t> deadline_ms;  // the definition's deadline, from now
     };
     bool InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga);
 
@@ -158,6 +159,7 @@ struct DueTimer {
     machine::Phase phase = machine::Phase::kAction;
     int attempt = 1;
     bool retry = false;
+    bool saga_deadline = false;  // the saga's own deadline (step_name empty)
 };
 
 std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit);

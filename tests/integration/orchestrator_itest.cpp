@@ -7,6 +7,7 @@
 #include <pqxx/pqxx>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "engine/engine.hpp"
 #include "outbox/event.hpp"
@@ -309,6 +310,63 @@ TEST_CASE("a lost command times out and is resent with the same event id; stray 
     CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_event WHERE kind = 'ignored' AND saga_id IS NULL") == 2);
     CHECK(engine.GetSaga(id)->status == "completed");
     engine.Stop();
+}
+
+TEST_CASE("a saga's deadline cancels it before its point of no return, and no longer applies after it") {
+    Rig rig;
+    // Holds back the answer to the action named after "hold-" in the item: that step stays in flight.
+    auto participant = rig.Participant([](const ReceivedCommand& c) {
+        const std::string item = c.data.value("item", std::string());
+        if (c.phase == "action" && item.rfind("hold-" + c.step_name + "/", 0) == 0) {
+            return std::vector<ScriptedReply>{};
+        }
+        return Default(c);
+    });
+    // Step timeouts far beyond the test: only the deadline can end a held step.
+    std::string yaml = rig.Yaml(1, "Notify.v1", "5m");
+    const auto at = yaml.find("version: 1\n");
+    REQUIRE(at != std::string::npos);
+    yaml.insert(at + std::string("version: 1\n").size(), "deadline: 3s\n");
+    auto engine = std::make_unique<Engine>(rig.Config());
+    engine->RegisterDefinition(yaml, "itest-deadline.yaml");
+    engine->Start();
+    const auto held = StartOne(*engine, {{"item", "hold-charge/x/1"}}, "d1");
+    const auto late = StartOne(*engine, {{"item", "hold-notify/x/2"}}, "d2");
+    const auto quick = StartOne(*engine, {{"item", "quick/x/3"}}, "d3");
+
+    // The charge is still in flight at the deadline: it is cancelled, refunded, the reservation released.
+    REQUIRE(WaitFor([&] { return engine->GetSaga(held)->status == "compensated"; }, std::chrono::seconds(30)));
+    CHECK(Sequence(participant->Received(), held) ==
+          std::vector<std::string>{"reserve:action", "charge:action", "charge:compensation", "reserve:compensation"});
+    const auto saga = engine->GetSaga(held);
+    int cancelled = 0;
+    for (const auto& entry : saga->timeline) {
+        if (entry.kind != "cancelled") continue;
+        ++cancelled;
+        CHECK(entry.step_name == "charge");
+        CHECK(entry.detail["reason"] == "its deadline of 3s passed");
+    }
+    CHECK(cancelled == 1);
+    CHECK(saga->steps[1].status == "cancelled");
+    // Past the pivot (notify in flight) the deadline only leaves its mark; the saga runs on.
+    REQUIRE(WaitFor(
+        [&] {
+            return Count(rig.db.Url(),
+                         "SELECT count(*) FROM saga_event WHERE kind = 'deadline-passed' AND saga_id = '" + late +
+                             "'") == 1;
+        },
+        std::chrono::seconds(30)));
+    CHECK(engine->GetSaga(late)->status == "running");
+    CHECK(Count(rig.db.Url(),
+                "SELECT count(*) FROM saga_instance WHERE deadline_at IS NOT NULL AND saga_id = '" + late + "'") == 0);
+    // A saga that ends before its deadline is not touched by it.
+    CHECK(engine->GetSaga(quick)->status == "completed");
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    CHECK(Count(rig.db.Url(),
+                "SELECT count(*) FROM saga_event WHERE saga_id = '" + quick +
+                    "' AND kind IN ('cancelled', 'deadline-passed')") == 0);
+    CHECK(engine->Metrics().sagas_cancelled == 1);
+    engine->Stop();
 }
 
 TEST_CASE("a saga keeps the definition version it started with, across a newer registration and a restart") {

@@ -75,7 +75,7 @@ TEST_CASE("unknown keys are refused with a suggestion and the allowed keys") {
     CHECK(Errors(kHead + "stepz:\n" + kStepA) ==
           Lines{"t.yaml:1:1: error: missing required key 'steps'",
                 "t.yaml:3:1: error: stepz: unknown key 'stepz' (did you mean 'steps'?); allowed here: saga, version, "
-                "description, input, defaults, steps"});
+                "description, input, defaults, deadline, steps"});
     const auto errors = Errors(kHead + "steps:\n" + kStepA + "    timout: 5s\n");
     REQUIRE(errors.size() == 1);
     CHECK(errors[0] ==
@@ -254,4 +254,24 @@ TEST_CASE("the canonical hash ignores layout but not meaning") {
     REQUIRE(c.definition);
     CHECK(a.definition->hash == b.definition->hash);
     CHECK(a.definition->hash != c.definition->hash);
+}
+
+TEST_CASE("a saga deadline: read, in the hash only when set, refused where it could never cancel") {
+    const auto plain = LoadDefinitionString(kHead + "steps:\n" + kStepA, "a.yaml");
+    REQUIRE(plain.definition);
+    CHECK_FALSE(plain.definition->deadline);
+    // The hash a definition without a deadline had before deadlines existed (sagaflow validate on
+    // 17ae76c): deployed databases pin their sagas to it.
+    CHECK(plain.definition->hash.substr(0, 12) == "c6c1ab7cb23c");
+    const auto with = LoadDefinitionString(kHead + "deadline: 15m\nsteps:\n" + kStepA, "b.yaml");
+    REQUIRE(with.definition);
+    CHECK(with.definition->deadline == std::chrono::minutes(15));
+    CHECK(with.definition->Canonical()["deadlineMs"] == 900'000);
+    CHECK(with.definition->hash != plain.definition->hash);
+
+    CHECK(Errors(kHead + "deadline: 500ms\nsteps:\n" + kStepA) ==
+          Lines{"t.yaml:3:11: error: deadline: duration 500ms is out of range: allowed 1s to 720h"});
+    CHECK(Errors(kHead + "deadline: 1h\nsteps:\n  - {name: pay, participant: p, kind: pivot, command: Pay.v1}\n") ==
+          Lines{"t.yaml:3:11: error: deadline: the first step 'pay' is pivot: the saga is past its point of no return "
+                "from the start, so a deadline could never cancel it. Remove 'deadline:'."});
 }
