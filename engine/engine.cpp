@@ -932,7 +932,9 @@ std::optional<SagaView> ReadSagaView(pqxx::transaction_base& tx, const std::stri
         "SELECT saga_type, definition_version, definition_hash, status, coalesce(parked_reason, ''), "
         "input::text, data::text, coalesce(idempotency_key, ''), coalesce(traceparent, ''), "
         "coalesce(tracestate, ''), " +
-            Rfc3339("created_at") + ", " + Rfc3339("updated_at") + " FROM saga_instance WHERE saga_id = $1::uuid",
+            Rfc3339("created_at") + ", " + Rfc3339("updated_at") + ", " +
+            Rfc3339("CASE WHEN status = 'running' THEN deadline_at END") +
+            " FROM saga_instance WHERE saga_id = $1::uuid",
         saga_id);
     if (rows.empty()) return std::nullopt;
     SagaView view;
@@ -949,6 +951,7 @@ std::optional<SagaView> ReadSagaView(pqxx::transaction_base& tx, const std::stri
     view.trace = {Text(r[8]), Text(r[9])};
     view.created_at = Text(r[10]);
     view.updated_at = Text(r[11]);
+    view.deadline_at = Text(r[12]);
     for (const auto& s : tx.exec_params("SELECT step_name, phase, status, attempt, command_event_id::text, "
                                         "reply::text, " +
                                             Rfc3339("dispatched_at") + ", " + Rfc3339("completed_at") + ", " +

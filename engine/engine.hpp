@@ -132,6 +132,7 @@ struct SagaView {
     std::string idempotency_key;
     TraceContext trace;  // as the saga was started with (empty: none)
     std::string created_at, updated_at;
+    std::string deadline_at;  // RFC 3339: the definition's deadline, while it can still cancel; else empty
     std::vector<StepPhaseRecord> steps;
     std::vector<TimelineEntry> timeline;
 

@@ -182,7 +182,11 @@ int Show(const std::string& url, const std::string& saga_id, const std::string& 
     const auto& s = *saga;
     std::cout << fmt::format("saga {} · {} v{} · {}\n", s.saga_id, s.saga_type, s.definition_version, s.status);
     if (!s.parked_reason.empty()) std::cout << "  parked: " << s.parked_reason << "\n";
-    std::cout << fmt::format("  created {} · updated {}\n", s.created_at, s.updated_at);
+    std::cout << fmt::format(
+        "  created {} · updated {}{}\n",
+        s.created_at,
+        s.updated_at,
+        s.deadline_at.empty() ? "" : " · cancelled at " + s.deadline_at + " unless past its pivot");
     if (!s.idempotency_key.empty()) std::cout << "  idempotency key: " << s.idempotency_key << "\n";
     if (!s.trace.traceparent.empty()) std::cout << "  traceparent: " << s.trace.traceparent << "\n";
     std::cout << "  input: " << s.input.dump() << "\n  data:  " << s.data.dump() << "\n\n";

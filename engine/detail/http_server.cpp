@@ -191,6 +191,7 @@ nlohmann::json SagaJson(const SagaView& saga) {
                        {"links", {{"self", "/v1/sagas/" + saga.saga_id}}}};
     if (!saga.trace.traceparent.empty()) out["traceparent"] = saga.trace.traceparent;
     if (!saga.trace.tracestate.empty()) out["tracestate"] = saga.trace.tracestate;
+    if (!saga.deadline_at.empty()) out["deadlineAt"] = saga.deadline_at;
     return out;
 }
 

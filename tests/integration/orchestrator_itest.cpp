@@ -333,7 +333,7 @@ TEST_CASE("a saga's deadline cancels it before its point of no return, and no lo
     const auto held = StartOne(*engine, {{"item", "hold-charge/x/1"}}, "d1");
     const auto late = StartOne(*engine, {{"item", "hold-notify/x/2"}}, "d2");
     const auto quick = StartOne(*engine, {{"item", "quick/x/3"}}, "d3");
-
+    CHECK_FALSE(engine->GetSaga(late)->deadline_at.empty());  // shown while it can still cancel
     // The charge is still in flight at the deadline: it is cancelled, refunded, the reservation released.
     REQUIRE(WaitFor([&] { return engine->GetSaga(held)->status == "compensated"; }, std::chrono::seconds(30)));
     CHECK(Sequence(participant->Received(), held) ==
@@ -357,6 +357,8 @@ TEST_CASE("a saga's deadline cancels it before its point of no return, and no lo
         },
         std::chrono::seconds(30)));
     CHECK(engine->GetSaga(late)->status == "running");
+    CHECK(engine->GetSaga(late)->deadline_at.empty());
+    CHECK(saga->deadline_at.empty());  // compensated: no longer running
     CHECK(Count(rig.db.Url(),
                 "SELECT count(*) FROM saga_instance WHERE deadline_at IS NOT NULL AND saga_id = '" + late + "'") == 0);
     // A saga that ends before its deadline is not touched by it.
