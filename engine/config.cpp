@@ -59,6 +59,11 @@ std::string Upper(std::string_view text) {
     return out;
 }
 
+std::string Trim(const std::string& text) {
+    const auto first = text.find_first_not_of(" \t\n");
+    return first == std::string::npos ? std::string() : text.substr(first, text.find_last_not_of(" \t\n") - first + 1);
+}
+
 // The password as a libpq connection parameter added to the URL (URI: a query parameter,
 // percent-encoded; keyword form: a quoted keyword).
 std::string WithPassword(const std::string& url, const std::string& password) {
@@ -140,11 +145,11 @@ std::optional<YamlFields> ConfigReader::Section(const YamlFields& root,
         fields = std::move(*read);
     }
     const std::string prefix = std::string(kEnvPrefix) + Upper(name) + "_";
+    // Registers the key's variable (known, for the near-miss check); its value when set and not empty.
     const auto variable_of = [&](std::string_view key) -> std::optional<std::string> {
-        std::string variable = prefix + Upper(key);
         section_keys_[prefix].push_back(Upper(key));
-        known_env_.push_back(variable);
-        const auto value = env_.find(variable);
+        known_env_.push_back(prefix + Upper(key));
+        const auto value = env_.find(known_env_.back());
         if (value == env_.end() || value->second.empty()) return std::nullopt;
         return value->second;
     };
@@ -153,26 +158,21 @@ std::optional<YamlFields> ConfigReader::Section(const YamlFields& root,
         if (!text) continue;
         const std::string path = Join(name, key);
         fields[std::string(key)] = YamlEntry{YAML::Node(std::string(key)), YAML::Node(*text)};
-        SetOrigin(path, "$" + prefix + Upper(key));
+        SetOrigin(path, "$" + known_env_.back());
         from_env_.insert(path);
     }
     for (const auto key : maps) {
         const auto text = variable_of(key);
         if (!text) continue;
-        const std::string variable = prefix + Upper(key);
+        const std::string variable = known_env_.back();
         const std::string path = Join(name, key);
         auto& entries = env_entries_[path];
         std::istringstream in(*text);
         for (std::string item; std::getline(in, item, ';');) {
-            const auto trim = [](std::string v) {
-                v.erase(0, v.find_first_not_of(" \t\n"));
-                v.erase(v.find_last_not_of(" \t\n") + 1);
-                return v;
-            };
-            item = trim(item);
+            item = Trim(item);
             if (item.empty()) continue;
             const auto eq = item.find('=');
-            const std::string entry = eq == std::string::npos ? "" : trim(item.substr(0, eq));
+            const std::string entry = eq == std::string::npos ? "" : Trim(item.substr(0, eq));
             if (entry.empty()) {
                 diagnostics_.push_back({"$" + variable,
                                         0,
@@ -184,7 +184,7 @@ std::optional<YamlFields> ConfigReader::Section(const YamlFields& root,
             }
             SetOrigin(Join(path, entry), "$" + variable);
             from_env_.insert(Join(path, entry));
-            entries.emplace_back(entry, trim(item.substr(eq + 1)));
+            entries.emplace_back(entry, Trim(item.substr(eq + 1)));
         }
     }
     for (const auto key : lists) {
@@ -196,9 +196,9 @@ std::optional<YamlFields> ConfigReader::Section(const YamlFields& root,
         for (std::string item; std::getline(in, item, ',');) {
             if (!item.empty()) list.push_back(item);
         }
-        SetOrigin(path, "$" + prefix + Upper(key));
+        SetOrigin(path, "$" + known_env_.back());
         for (std::size_t i = 0; i < list.size(); ++i)
-            SetOrigin(path + "[" + std::to_string(i) + "]", "$" + prefix + Upper(key));
+            SetOrigin(path + "[" + std::to_string(i) + "]", "$" + known_env_.back());
         fields[std::string(key)] = YamlEntry{YAML::Node(std::string(key)), list};
         from_env_.insert(path);
     }

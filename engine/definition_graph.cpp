@@ -19,7 +19,8 @@ struct Node {
     std::string id;
     std::string label;  // lines joined by '\n'
     enum class Shape { kTerminal, kStep, kPivot, kCompensation } shape;
-    std::string status;  // with an overlay: the phase's status (or "reached"); empty: not reached
+    std::pair<std::string, std::string> phase = {};  // (step, action|compensation); empty for terminals
+    std::string status = {};  // with an overlay: the phase's status, or the terminal's when reached
 };
 
 struct Graph {
@@ -29,22 +30,23 @@ struct Graph {
 
 Graph BuildGraph(const SagaDefinition& saga) {
     Graph g;
-    g.nodes.push_back({"start", "start", Node::Shape::kTerminal, {}});
+    g.nodes.push_back({"start", "start", Node::Shape::kTerminal});
     for (std::size_t i = 0; i < saga.steps.size(); ++i) {
         const auto& step = saga.steps[i];
         const bool pivot = step.kind == StepKind::kPivot;
         std::string label = step.name + (pivot ? " (pivot)" : step.kind == StepKind::kRetriable ? " (retriable)" : "");
         label += "\n" + step.participant + ": " + step.action.type;
-        g.nodes.push_back({"s" + std::to_string(i), label, pivot ? Node::Shape::kPivot : Node::Shape::kStep, {}});
+        g.nodes.push_back(
+            {"s" + std::to_string(i), label, pivot ? Node::Shape::kPivot : Node::Shape::kStep, {step.name, "action"}});
         if (step.compensation) {
             g.nodes.push_back({"c" + std::to_string(i),
                                "undo " + step.name + "\n" + step.participant + ": " + step.compensation->type,
                                Node::Shape::kCompensation,
-                               {}});
+                               {step.name, "compensation"}});
         }
     }
-    g.nodes.push_back({"completed", "completed", Node::Shape::kTerminal, {}});
-    g.nodes.push_back({"compensated", "compensated", Node::Shape::kTerminal, {}});
+    g.nodes.push_back({"completed", "completed", Node::Shape::kTerminal});
+    g.nodes.push_back({"compensated", "compensated", Node::Shape::kTerminal});
 
     g.edges.push_back({"start", saga.steps.empty() ? "completed" : "s0", "", false});
     for (std::size_t i = 0; i < saga.steps.size(); ++i) {
@@ -85,19 +87,15 @@ Graph BuildGraph(const SagaDefinition& saga) {
 }
 
 // Marks each node with what the instance did there.
-void Apply(const SagaDefinition& saga, const GraphOverlay& overlay, Graph& g) {
-    const auto status_of = [&](const std::string& step, const char* phase) {
-        const auto it = overlay.phases.find({step, phase});
-        return it == overlay.phases.end() ? std::string() : it->second;
-    };
+void Apply(const GraphOverlay& overlay, Graph& g) {
     for (auto& n : g.nodes) {
-        if (n.id == "start") {
+        if (!n.phase.first.empty()) {
+            const auto it = overlay.phases.find(n.phase);
+            if (it != overlay.phases.end()) n.status = it->second;
+        } else if (n.id == "start") {
             n.status = "succeeded";
-        } else if (n.id == "completed" || n.id == "compensated") {
-            if (overlay.saga_status == n.id) n.status = n.id;
-        } else {
-            const auto& step = saga.steps[std::stoul(n.id.substr(1))];
-            n.status = status_of(step.name, n.id[0] == 's' ? "action" : "compensation");
+        } else if (overlay.saga_status == n.id) {
+            n.status = n.id;  // the end it reached
         }
     }
 }
@@ -213,7 +211,7 @@ std::string Dot(const SagaDefinition& saga, const Graph& g, const GraphOverlay* 
 
 std::string RenderGraph(const SagaDefinition& saga, GraphFormat format, const GraphOverlay* overlay) {
     Graph g = BuildGraph(saga);
-    if (overlay) Apply(saga, *overlay, g);
+    if (overlay) Apply(*overlay, g);
     return format == GraphFormat::kMermaid ? Mermaid(saga, g, overlay) : Dot(saga, g, overlay);
 }
 

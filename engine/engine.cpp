@@ -461,33 +461,60 @@ class Engine::Impl {
         return result;
     }
 
+    // Cancels a locked saga for `reason` (the caller commits): the decision is persisted with its
+    // `cancelled` timeline entry, or nothing is written and `refused` says why the machine refused.
+    struct Cancellation {
+        std::string refused;
+        machine::SagaStatus status = machine::SagaStatus::kRunning;  // after the decision
+        std::string step;                                            // the step that was in flight
+        detail::Effects effects;
+    };
+    Cancellation CancelLocked(pqxx::work& tx,
+                              const SagaDefinition& definition,
+                              const LoadedSaga& saga,
+                              const std::string& reason) {
+        Cancellation c;
+        const auto decision = machine::Decide(definition, saga.state, machine::Cancel{reason});
+        c.status = decision.state.status;
+        if (!decision.ignored.empty()) {
+            c.refused = decision.ignored;
+            return c;
+        }
+        c.step = definition.steps[saga.state.current_step].name;
+        const auto* action = saga.state.Find(c.step, machine::Phase::kAction);
+        nlohmann::json detail = nlohmann::json::object();
+        if (!reason.empty()) detail["reason"] = reason;
+        c.effects = PersistLocked(
+            tx, definition, saga, decision, {{"cancelled", c.step, "action", action->attempt, {}, detail}});
+        return c;
+    }
+
+    // After a cancellation committed.
+    void Cancelled(const std::string& saga_id, const std::string& reason) {
+        ++counters_.sagas_cancelled;
+        spdlog::info("saga {} cancelled{}", saga_id, reason.empty() ? "" : ": " + reason);
+    }
+
     CancelResult CancelSaga(const std::string& saga_id, const std::string& reason) {
         detail::Effects effects;
         const auto result = OnLockedSaga<CancelResult>(saga_id, [&](pqxx::work& tx, const LoadedSaga& saga) {
             CancelResult r;
-            const auto definition = Definition(tx, saga.saga_type, saga.definition_hash);
-            const auto decision = machine::Decide(*definition, saga.state, machine::Cancel{reason});
-            r.saga_status = std::string(machine::ToString(decision.state.status));
-            if (!decision.ignored.empty()) {
+            auto cancellation = CancelLocked(tx, *Definition(tx, saga.saga_type, saga.definition_hash), saga, reason);
+            r.saga_status = std::string(machine::ToString(cancellation.status));
+            if (!cancellation.refused.empty()) {
                 const bool undoing = saga.state.status == machine::SagaStatus::kCompensating ||
                                      saga.state.status == machine::SagaStatus::kCompensated;
                 r.status = undoing ? CancelResult::Status::kAlreadyCompensating : CancelResult::Status::kNotCancellable;
-                r.message = "saga " + saga_id + " cannot be cancelled: " + decision.ignored;
+                r.message = "saga " + saga_id + " cannot be cancelled: " + cancellation.refused;
                 return r;
             }
-            const auto& step = definition->steps[saga.state.current_step];
-            const auto* action = saga.state.Find(step.name, machine::Phase::kAction);
-            nlohmann::json detail = nlohmann::json::object();
-            if (!reason.empty()) detail["reason"] = reason;
-            effects = PersistLocked(
-                tx, *definition, saga, decision, {{"cancelled", step.name, "action", action->attempt, {}, detail}});
             tx.commit();
-            r.message = "step '" + step.name + "' and the steps before it are being compensated";
+            effects = std::move(cancellation.effects);
+            r.message = "step '" + cancellation.step + "' and the steps before it are being compensated";
             return r;
         });
         if (result.status == CancelResult::Status::kCancelled) {
-            ++counters_.sagas_cancelled;
-            spdlog::info("saga {} cancelled{}", saga_id, reason.empty() ? "" : ": " + reason);
+            Cancelled(saga_id, reason);
             Poke(effects.next_timer);
         }
         return result;
@@ -807,24 +834,14 @@ class Engine::Impl {
     // return; otherwise the deadline no longer applies and is cleared. Either way the timeline says so.
     bool FireDeadline(pqxx::work& tx, const SagaDefinition& definition, const LoadedSaga& saga) {
         const std::string reason = "its deadline of " + detail::FormatDuration(*definition.deadline) + " passed";
-        const auto decision = machine::Decide(definition, saga.state, machine::Cancel{reason});
-        if (!decision.ignored.empty()) {
+        const auto cancellation = CancelLocked(tx, definition, saga, reason);
+        if (!cancellation.refused.empty()) {
             store::Exec(tx, "UPDATE saga_instance SET deadline_at = NULL WHERE saga_id = $1::uuid", saga.saga_id);
             detail::RecordEvents(
-                tx, saga.saga_id, {{"deadline-passed", {}, {}, 0, {}, {{"ignored", decision.ignored}}}});
-            tx.commit();
-            return true;
+                tx, saga.saga_id, {{"deadline-passed", {}, {}, 0, {}, {{"ignored", cancellation.refused}}}});
         }
-        const auto& step = definition.steps[saga.state.current_step];
-        const auto* action = saga.state.Find(step.name, machine::Phase::kAction);
-        PersistLocked(tx,
-                      definition,
-                      saga,
-                      decision,
-                      {{"cancelled", step.name, "action", action->attempt, {}, {{"reason", reason}}}});
         tx.commit();
-        ++counters_.sagas_cancelled;
-        spdlog::info("saga {} cancelled: {}", saga.saga_id, reason);
+        if (cancellation.refused.empty()) Cancelled(saga.saga_id, reason);
         return true;
     }
 

@@ -261,12 +261,19 @@ int RunDemo(const DemoOptions& o) {
 
     // A customer cancels while the provider is charging (4 s): the charge is refunded, whether it
     // lands before the refund arrives or (refused by the participant's anti-hanging guard) not at all.
-    Planned cancelled;
-    cancelled.order_id = cancelled_order;
-    cancelled.key = "client-" + cancelled_order;
-    cancelled.input = {{"orderId", cancelled_order}, {"customerId", 998}, {"amount", "42.00"}};
-    cancelled.expected = "compensated";
-    cancelled.note = "cancelled by the customer while being charged: refunded";
+    // The last two sagas each run alone and end compensated, their charges refunded.
+    const auto compensated =
+        [](const std::string& order_id, int customer, const std::string& amount, std::string note) {
+            Planned p;
+            p.order_id = order_id;
+            p.key = "client-" + order_id;
+            p.input = {{"orderId", order_id}, {"customerId", customer}, {"amount", amount}};
+            p.expected = "compensated";
+            p.note = std::move(note);
+            return p;
+        };
+    Planned cancelled =
+        compensated(cancelled_order, 998, "42.00", "cancelled by the customer while being charged: refunded");
     if (quiet) {
         Say("one more saga, cancelled by its customer while the provider is charging it");
         cancelled.saga_id = engine.StartSaga("order-payment", cancelled.input, cancelled.key).saga_id;
@@ -287,12 +294,7 @@ int RunDemo(const DemoOptions& o) {
 
     // The slow provider: its charge takes longer than every attempt's timeout, so the engine treats
     // the outcome as unknown and compensates the charge too; the late charge lands, and is refunded.
-    Planned slow;
-    slow.order_id = slow_order;
-    slow.key = "client-" + slow_order;
-    slow.input = {{"orderId", slow_order}, {"customerId", 999}, {"amount", "30.00"}};
-    slow.expected = "compensated";
-    slow.note = "provider slower than every attempt: refunded";
+    Planned slow = compensated(slow_order, 999, "30.00", "provider slower than every attempt: refunded");
     if (quiet) {
         Say("one more saga whose payment provider is slower than the step timeout (20 s > 3 x 5 s)");
         slow.saga_id = engine.StartSaga("order-payment", slow.input, slow.key).saga_id;

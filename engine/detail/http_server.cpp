@@ -434,9 +434,7 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
         if (format != "mermaid" && format != "dot") {
             return Problem(400, "invalid-query", "Invalid query", "format must be mermaid or dot");
         }
-        const auto graph = store::IsUuid(third)
-                               ? engine_.SagaGraph(third, format == "dot" ? GraphFormat::kDot : GraphFormat::kMermaid)
-                               : std::nullopt;
+        const auto graph = engine_.SagaGraph(third, format == "dot" ? GraphFormat::kDot : GraphFormat::kMermaid);
         if (!graph) return Problem(404, "saga-not-found", "Saga not found", "no saga " + third);
         return {200, format == "dot" ? "text/vnd.graphviz; charset=utf-8" : "text/plain; charset=utf-8", *graph, {}};
     }
