@@ -96,6 +96,8 @@ nlohmann::json SagaDefinition::Canonical() const {
                          {"timeoutMs", step.timeout.count()},
                          {"retry", RetryJson(step.retry)}};
         s["compensation"] = step.compensation ? CommandJson(*step.compensation) : nlohmann::json();
+        // Only when set, as the deadline below: existing definitions keep their hashes.
+        if (step.start_timeout) s["startTimeoutMs"] = step.start_timeout->count();
         steps_json.push_back(std::move(s));
     }
     nlohmann::json out{{"saga", name},

@@ -60,8 +60,14 @@ struct StepDefinition {
     std::optional<CommandSpec> compensation;
     nlohmann::json save;  // object: data key -> "$.reply..." path
     std::chrono::milliseconds timeout{30'000};
+    // How long an attempt may wait for the participant's consumer group to read its command (and
+    // for the engine to read the replies written meanwhile) before its `timeout` starts to count;
+    // past it the attempt times out as if the participant had had it. Unset: kDefaultStartTimeout.
+    std::optional<std::chrono::milliseconds> start_timeout;
     RetryPolicy retry;
 
+    static constexpr std::chrono::milliseconds kDefaultStartTimeout{10 * 60'000};
+    std::chrono::milliseconds StartTimeout() const { return start_timeout.value_or(kDefaultStartTimeout); }
     std::string CommandTopic() const { return participant + ".commands"; }
 };
 
@@ -71,6 +77,7 @@ struct SagaDefinition {
     std::string description;
     std::vector<FieldSchema> input;
     std::chrono::milliseconds timeout{30'000};
+    std::optional<std::chrono::milliseconds> start_timeout;  // defaults.startTimeout, if set
     RetryPolicy retry;
     RetryPolicy compensation_retry;
     // Cancelled (as by CancelSaga) if still running before its point of no return this long after

@@ -397,13 +397,14 @@ std::optional<CommandSpec> Loader::ReadCompensation(const Entry& entry,
 void Loader::ReadStep(const YAML::Node& node, const std::string& path, SagaDefinition& saga) {
     step_marks_.push_back(node.Mark());
     expressions_.emplace_back();
-    const auto fields =
-        Map(node,
-            node.Mark(),
-            path,
-            {"name", "participant", "command", "compensation", "kind", "send", "save", "timeout", "retry"});
+    const auto fields = Map(
+        node,
+        node.Mark(),
+        path,
+        {"name", "participant", "command", "compensation", "kind", "send", "save", "timeout", "startTimeout", "retry"});
     StepDefinition step;
     step.timeout = saga.timeout;
+    step.start_timeout = saga.start_timeout;
     step.retry = saga.retry;
     bool ok = fields.has_value();
     bool kind_known = false;
@@ -496,6 +497,9 @@ void Loader::ReadStep(const YAML::Node& node, const std::string& path, SagaDefin
             step.compensation = std::move(compensation);
         }
         if (auto v = Duration(*fields, "timeout", path, milliseconds{100}, milliseconds{86'400'000})) step.timeout = *v;
+        if (auto v = Duration(*fields, "startTimeout", path, milliseconds{1'000}, milliseconds{7 * 86'400'000LL})) {
+            step.start_timeout = *v;
+        }
         ReadRetry(*fields, "retry", path, step.retry);
     }
     // A broken step keeps its place so later checks see the right indices; the safety check skips
@@ -720,10 +724,12 @@ LoadResult Loader::Run(std::string_view text) {
         if (const auto d = Map(defaults->second.value,
                                MarkOf(defaults->second),
                                "defaults",
-                               {"timeout", "retry", "compensationRetry"})) {
+                               {"timeout", "startTimeout", "retry", "compensationRetry"})) {
             if (auto v = Duration(*d, "timeout", "defaults", milliseconds{100}, milliseconds{86'400'000})) {
                 saga.timeout = *v;
             }
+            saga.start_timeout =
+                Duration(*d, "startTimeout", "defaults", milliseconds{1'000}, milliseconds{7 * 86'400'000LL});
             ReadRetry(*d, "retry", "defaults", saga.retry);
             ReadRetry(*d, "compensationRetry", "defaults", saga.compensation_retry);
         }

@@ -27,6 +27,7 @@
 #include "engine/retention.hpp"
 #include "outbox/admin.hpp"
 #include "outbox/consumer.hpp"
+#include "outbox/group_progress.hpp"
 #include "outbox/relay.hpp"
 #include "outbox/uuid.hpp"
 #include "store/errors.hpp"
@@ -90,6 +91,7 @@ class Engine::Impl {
                 "database_pool_size must be at least 2 (the reply consumer and the timers each hold "
                 "one connection while they work)");
         }
+        named_instance_ = !config_.instance_id.empty();
         if (config_.instance_id.empty()) config_.instance_id = DefaultInstanceId();
         if (config_.http.enabled) {
             try {
@@ -226,11 +228,28 @@ class Engine::Impl {
             consumer_options.inbox_name = config_.consumer_group;  // shared by every instance of the group
             consumer_options.properties = config_.kafka_properties;
             for (const auto& [key, value] : config_.consumer_properties) consumer_options.properties[key] = value;
-            if (config_.static_membership) consumer_options.properties["group.instance.id"] = config_.instance_id;
+            // A named instance joins under its name; otherwise the consumer derives a stable id.
+            consumer_options.static_membership = config_.static_membership;
+            if (config_.static_membership && named_instance_) {
+                consumer_options.properties.try_emplace("group.instance.id", config_.instance_id);
+            }
             parts_.StartConsumer(consumer_options,
                                  [this](pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events) {
                                      OnReplies(tx, events);
                                  });
+
+            // The two clocks of a step timeout (HoldTimeout) read the groups' progress from Kafka.
+            progress_ = std::make_unique<outbox::GroupProgress>(config_.kafka_brokers, config_.kafka_properties);
+            progress_->Follow(config_.consumer_group, config_.replies_topic, true);
+            {
+                std::shared_lock lock(definitions_mutex_);
+                for (const auto& [hash, definition] : by_hash_) {
+                    for (const auto& step : definition->steps) {
+                        progress_->Follow(ParticipantGroup(step.participant), step.CommandTopic());
+                    }
+                }
+            }
+            progress_->Start();
 
             const auto active = parts_.pool->RunBlocking([](pqxx::connection& conn) {
                 pqxx::read_transaction tx{conn};
@@ -282,6 +301,7 @@ class Engine::Impl {
         }
         if (scan_.valid()) scan_.wait();  // the io thread is gone: nothing starts another scan
         http_.reset();
+        if (progress_) progress_->Stop();
         parts_.Stop();
     }
 
@@ -815,6 +835,10 @@ class Engine::Impl {
         if (!saga) return false;
         const auto definition = Definition(tx, saga->saga_type, saga->definition_hash);
         if (timer.saga_deadline) return FireDeadline(tx, *definition, *saga);
+        if (!timer.retry && HoldTimeout(tx, *definition, *saga, timer)) {
+            tx.commit();
+            return true;
+        }
         machine::Event event = machine::Timeout{timer.step_name, timer.phase, timer.attempt};
         if (timer.retry) event = machine::RetryDue{timer.step_name, timer.phase, timer.attempt + 1};
         const auto decision = machine::Decide(*definition, saga->state, event);
@@ -828,6 +852,130 @@ class Engine::Impl {
         tx.commit();
         ++counters_.timers_fired;
         return true;
+    }
+
+    std::string ParticipantGroup(const std::string& participant) const {
+        const auto it = config_.participant_groups.find(participant);
+        return it != config_.participant_groups.end() ? it->second : "sagaflow-participant-" + participant;
+    }
+
+    // The two clocks of a step timeout. An attempt's `timeout` counts only time its participant
+    // could have used: from when the participant's consumer group read the command (the relay
+    // recorded its partition and offset; the group's committed offsets say whether it is past
+    // it), and only once the engine's own group has read every reply written before the deadline
+    // (so a reply waiting in an unassigned or lagging partition is read, not timed out). While the
+    // command waits to be read the attempt waits too, up to the step's startTimeout from its
+    // dispatch; past that, or when Kafka cannot say (a group that commits nothing on the topic),
+    // the timeout fires as before. Returns true when the timer was moved (the caller commits).
+    bool HoldTimeout(pqxx::work& tx,
+                     const SagaDefinition& definition,
+                     const LoadedSaga& saga,
+                     const detail::DueTimer& timer) {
+        if (!progress_) return false;
+        const StepDefinition* step = definition.FindStep(timer.step_name);
+        if (step == nullptr) return false;
+        const std::string phase(machine::ToString(timer.phase));
+        const auto rows = store::Exec(
+            tx,
+            "SELECT (extract(epoch FROM clock_timestamp() - coalesce(s.waiting_since, s.deadline_at - $4 * interval "
+            "'1 millisecond')) * 1000)::bigint, "
+            "(extract(epoch FROM clock_timestamp() - coalesce(s.timeout_due_at, s.deadline_at)) * 1000)::bigint, "
+            "s.waiting_since IS NOT NULL, o.published_at IS NOT NULL, o.topic, o.kafka_partition, o.kafka_offset, "
+            "(extract(epoch FROM clock_timestamp() - o.published_at) * 1000)::bigint "
+            "FROM saga_step s LEFT JOIN outbox o ON o.event_id = s.command_event_id "
+            "WHERE s.saga_id = $1::uuid AND s.step_name = $2 AND s.phase = $3 AND s.status = 'dispatched' "
+            "AND s.attempt = $5",
+            saga.saga_id,
+            timer.step_name,
+            phase,
+            step->timeout.count(),
+            timer.attempt);
+        if (rows.empty()) return false;
+        const auto& row = rows[0];
+        const std::chrono::milliseconds since_dispatch{row[0].as<std::int64_t>()};
+        const std::chrono::milliseconds overdue{row[1].as<std::int64_t>()};
+        const bool waiting = row[2].as<bool>();
+        if (since_dispatch >= step->StartTimeout()) return false;  // waited long enough: time out
+        const std::string group = ParticipantGroup(step->participant);
+        // Moves the timer `delay` ahead. kWaitForRead: the command is unread (waiting_since: the
+        // attempt's dispatch, set once); kWaitForReplies: replies unread (timeout_due_at: the
+        // deadline they must have been read up to, set once); kRestart: read late, the timeout
+        // counts anew from the read (both cleared).
+        enum class Hold { kWaitForRead = 0, kWaitForReplies = 1, kRestart = 2 };
+        const auto move = [&](std::chrono::milliseconds delay, Hold hold) {
+            store::Exec(tx,
+                        "UPDATE saga_step SET deadline_at = clock_timestamp() + $4 * interval '1 millisecond', "
+                        "waiting_since = CASE $6::int WHEN 0 THEN coalesce(waiting_since, deadline_at - $5 * "
+                        "interval '1 millisecond') WHEN 1 THEN waiting_since END, "
+                        "timeout_due_at = CASE $6::int WHEN 1 THEN coalesce(timeout_due_at, deadline_at) END "
+                        "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
+                        saga.saga_id,
+                        timer.step_name,
+                        phase,
+                        delay.count(),
+                        step->timeout.count(),
+                        static_cast<int>(hold));
+        };
+        // Clock 1: has the participant read the command?
+        std::string unread;
+        std::optional<std::chrono::milliseconds> read_ago;
+        if (!row[3].as<bool>()) {
+            unread = "its command is not published yet";
+        } else if (!row[5].is_null()) {
+            const auto answer =
+                progress_->CommandRead(group, row[4].as<std::string>(), row[5].as<int>(), row[6].as<std::int64_t>());
+            if (answer.read == outbox::GroupProgress::Read::kNo) {
+                unread = "its command waits to be read by consumer group " + group;
+            } else if (answer.read == outbox::GroupProgress::Read::kYes) {
+                read_ago = answer.ago;
+            } else if (const auto unlogged = unknown_progress_.Due()) {
+                progress_->Follow(group, row[4].as<std::string>());
+                spdlog::warn("engine {}: step timeouts of participant {} count from dispatch: {}{}",
+                             config_.instance_id,
+                             step->participant,
+                             answer.why,
+                             *unlogged == 0 ? "" : fmt::format(" ({} more since the last line)", *unlogged));
+            }
+        }
+        if (!unread.empty()) {
+            constexpr std::chrono::milliseconds kLookAgain{1000};
+            move(kLookAgain, Hold::kWaitForRead);
+            if (!waiting) {
+                detail::RecordEvents(tx,
+                                     saga.saga_id,
+                                     {{"waiting-for-participant",
+                                       timer.step_name,
+                                       phase,
+                                       timer.attempt,
+                                       {},
+                                       {{"reason", unread}, {"startTimeoutMs", step->StartTimeout().count()}}}});
+            }
+            return true;
+        }
+        if (waiting) {
+            // Read at last: the timeout counts from then.
+            const auto ago = read_ago.value_or(std::chrono::milliseconds(0));
+            const auto rest = std::max(step->timeout - ago, std::chrono::milliseconds(0));
+            move(rest, Hold::kRestart);
+            detail::RecordEvents(
+                tx,
+                saga.saga_id,
+                {{"started", timer.step_name, phase, timer.attempt, {}, {{"readMsAgo", ago.count()}}}});
+            if (rest.count() > 0) return true;
+        } else if (read_ago && *read_ago < step->timeout) {
+            move(step->timeout - *read_ago, Hold::kRestart);  // read late: its full timeout from the read
+            return true;
+        }
+        // Clock 2: every reply written before the deadline read by this engine's group?
+        // Bounded by startTimeout from the command's publication, which moving the timer leaves be.
+        const auto caught_up = progress_->CaughtUpAgo(config_.consumer_group, config_.replies_topic);
+        const bool can_wait =
+            !row[7].is_null() && std::chrono::milliseconds(row[7].as<std::int64_t>()) < step->StartTimeout();
+        if (can_wait && (!caught_up || *caught_up > overdue)) {
+            move(std::chrono::milliseconds(500), Hold::kWaitForReplies);
+            return true;
+        }
+        return false;
     }
 
     // The saga's own deadline passed while it runs: cancelled if it is still before its point of no
@@ -846,10 +994,12 @@ class Engine::Impl {
     }
 
     EngineConfig config_;
+    bool named_instance_ = false;  // instance_id was given (not the hostname-pid default)
     Engine& owner_;
     std::string source_;
-    store::FailureLogLimit timer_failures_;  // the timer scan's, while the database is away
-    std::optional<PruneOptions> prune_;      // EngineConfig::history_retention, validated
+    store::FailureLogLimit timer_failures_;    // the timer scan's, while the database is away
+    store::FailureLogLimit unknown_progress_;  // groups whose progress Kafka cannot tell
+    std::optional<PruneOptions> prune_;        // EngineConfig::history_retention, validated
     Counters counters_;
 
     mutable std::shared_mutex definitions_mutex_;
@@ -863,7 +1013,8 @@ class Engine::Impl {
     std::mutex rng_mutex_;
     std::mt19937_64 rng_{std::random_device{}()};
 
-    detail::Runtime parts_;  // pool, relay, reply consumer
+    detail::Runtime parts_;                            // pool, relay, reply consumer
+    std::unique_ptr<outbox::GroupProgress> progress_;  // the groups' committed offsets (HoldTimeout)
 
     asio::io_context io_;
     std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;

@@ -67,12 +67,20 @@ struct EngineConfig {
     std::map<std::string, std::string> kafka_properties;  // librdkafka properties (TLS, SASL, ...)
     // Extra librdkafka properties of the reply consumer only (session.timeout.ms, ...).
     std::map<std::string, std::string> consumer_properties;
-    // Static group membership (KIP-345): the consumer joins as `instance_id`, so a restarted engine
-    // gets its partitions back at once instead of after a rebalance. Needs a stable instance_id.
-    bool static_membership = false;
+    // Static group membership (KIP-345): the reply consumer joins under a stable id — `instance_id`
+    // when it is set, else "<hostname>-<slot>" (outbox/membership.hpp) — so a restarted engine gets
+    // its partitions back at once instead of after a rebalance. False: a dynamic member.
+    bool static_membership = true;
     std::string replies_topic = "sagaflow.replies";
     std::string consumer_group = "sagaflow-engine";
-    std::string instance_id;  // names this engine in events' `source`; default: hostname-pid
+    // The consumer group of each participant (definitions' `participant:`) whose commands the step
+    // timeouts wait for (engine/README.md, "Two clocks"). Unlisted: "sagaflow-participant-<name>",
+    // the participant API's default.
+    std::map<std::string, std::string> participant_groups;
+    // Names this engine in events' `source` and, if set, is its group.instance.id: set it to
+    // something stable per replica and unique in the group (a StatefulSet's pod name). Default:
+    // hostname-pid as the source, a derived id for the group.
+    std::string instance_id;
     int database_pool_size = 4;
     int topic_partitions = 6;  // for topics the engine creates (replies, commands)
     bool create_topics = true;
@@ -111,8 +119,8 @@ struct TraceContext {
 
 struct TimelineEntry {
     std::string at;  // RFC 3339
-    // started | dispatched | resent | reply | timeout | retry-scheduled | cancelled | deadline-passed |
-    // operator-retry | finished | ignored
+    // started | dispatched | waiting-for-participant | started | resent | reply | timeout |
+    // retry-scheduled | cancelled | deadline-passed | operator-retry | finished | ignored
     std::string kind;
     std::string step_name, phase;
     int attempt = 0;

@@ -152,6 +152,7 @@ class Participant::Impl {
         if (!config_.schema.empty()) {
             auto conn = store::ConnectOnce(config_.database_url);
             pqxx::work tx{*conn};
+            store::LockSetup(tx);
             tx.exec("CREATE SCHEMA IF NOT EXISTS " + tx.quote_name(config_.schema));
             tx.commit();
         }
@@ -160,6 +161,7 @@ class Participant::Impl {
         if (!setups_.empty()) {
             parts_.pool->RunBlocking([&](pqxx::connection& conn) {
                 pqxx::work tx{conn};
+                store::LockSetup(tx);
                 tx.exec(store::kUserStatementPlans);
                 Transaction t{static_cast<pqxx::transaction_base*>(&tx)};
                 for (const auto& setup : setups_) setup(t);
@@ -184,6 +186,7 @@ class Participant::Impl {
         options.inbox_name = config_.consumer_group;
         options.properties = config_.kafka_properties;
         for (const auto& [key, value] : config_.consumer_properties) options.properties[key] = value;
+        options.static_membership = config_.static_membership;
         // Each handler runs in a savepoint of its own: a transaction whose subtransactions that
         // wrote number more than 64 (PostgreSQL's PGPROC_MAX_CACHED_SUBXIDS) overflows the
         // backend's cache of them, and while it runs every other session's snapshot has to look

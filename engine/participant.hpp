@@ -102,6 +102,10 @@ struct ParticipantConfig {
     std::map<std::string, std::string> consumer_properties;
     std::string replies_topic = "sagaflow.replies";
     std::string consumer_group;  // default: "sagaflow-participant-<name>"
+    // Static group membership under a stable id: group.instance.id from consumer_properties, else
+    // "<hostname>-<slot>" (outbox/membership.hpp). A restarted replica takes its partitions back at
+    // once; the others keep theirs throughout (cooperative rebalancing). False: a dynamic member.
+    bool static_membership = true;
     int database_pool_size = 2;
     int topic_partitions = 6;
     bool create_topics = true;

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "outbox/detail/rdkafka.hpp"
+#include "outbox/membership.hpp"
 #include "store/errors.hpp"
 #include "store/inbox.hpp"
 #include "store/pool.hpp"
@@ -44,6 +45,14 @@ class Consumer::Impl {
         consumer_properties_ = options_.properties;
         consumer_properties_["bootstrap.servers"] = options_.brokers;
         consumer_properties_["group.id"] = options_.group_id;
+        ApplyGroupDefaults(consumer_properties_);
+        if (options_.static_membership && consumer_properties_.count("group.instance.id") == 0) {
+            slot_ = InstanceSlot::Claim(options_.group_id);
+            consumer_properties_["group.instance.id"] = slot_->Id();
+        }
+        if (const auto it = consumer_properties_.find("group.instance.id"); it != consumer_properties_.end()) {
+            spdlog::info("consumer {}: static member {}", options_.group_id, it->second);
+        }
         // Offsets only after the database commit: the consumer stores a batch's offsets once its
         // transaction committed (enable.auto.offset.store=false), and librdkafka commits the stored
         // offsets every auto.commit.interval.ms, before a partition is revoked and on close. A
@@ -109,6 +118,7 @@ class Consumer::Impl {
             if (stopping_.load()) break;
             rd_kafka_consumer_close(consumer_.get());
             consumer_.reset();
+            metrics_.assigned = 0;
             consumer_ = MakeConsumer();
             fatal_.clear();
             last_restart = std::chrono::steady_clock::now();
@@ -163,6 +173,11 @@ class Consumer::Impl {
             static_cast<Impl*>(opaque)->OnStatistics(json, len);
             return 0;
         });
+        rd_kafka_conf_set_rebalance_cb(
+            conf.get(),
+            [](rd_kafka_t* client, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* partitions, void* opaque) {
+                static_cast<Impl*>(opaque)->OnRebalance(client, err, partitions);
+            });
         auto consumer = detail::MakeClient(RD_KAFKA_CONSUMER, std::move(conf));
         rd_kafka_poll_set_consumer(consumer.get());
         return consumer;
@@ -432,6 +447,49 @@ class Consumer::Impl {
         }
     }
 
+    // Called from the poll, between batches. With the cooperative protocol only the partitions that
+    // change owner are handed over, incrementally; the others keep being consumed throughout. A
+    // revoked partition's stored offsets are committed by librdkafka before it goes.
+    void OnRebalance(rd_kafka_t* client, rd_kafka_resp_err_t err, rd_kafka_topic_partition_list_t* partitions) {
+        const bool cooperative = std::string_view(rd_kafka_rebalance_protocol(client)) == "COOPERATIVE";
+        const bool assign = err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+        rd_kafka_error_t* error = nullptr;
+        rd_kafka_resp_err_t eager_err = RD_KAFKA_RESP_ERR_NO_ERROR;
+        if (cooperative) {
+            error = assign ? rd_kafka_incremental_assign(client, partitions)
+                           : rd_kafka_incremental_unassign(client, partitions);
+        } else {
+            eager_err = rd_kafka_assign(client, assign ? partitions : nullptr);
+        }
+        std::string names;
+        for (int i = 0; i < partitions->cnt; ++i) {
+            names += (i == 0 ? "" : " ") + std::string(partitions->elems[i].topic) + "[" +
+                     std::to_string(partitions->elems[i].partition) + "]";
+        }
+        if (error != nullptr) {
+            spdlog::warn("consumer {}: {} failed: {}",
+                         options_.group_id,
+                         assign ? "assign" : "unassign",
+                         rd_kafka_error_string(error));
+            rd_kafka_error_destroy(error);
+        } else if (eager_err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            spdlog::warn("consumer {}: assign failed: {}", options_.group_id, detail::ErrorText(eager_err));
+        }
+        if (cooperative) {
+            metrics_.assigned += assign ? partitions->cnt : -partitions->cnt;
+        } else {
+            metrics_.assigned = assign ? partitions->cnt : 0;
+        }
+        ++metrics_.rebalances;
+        spdlog::info("consumer {}: {} {} partition(s) ({}; {} protocol); holds {} now",
+                     options_.group_id,
+                     assign ? "assigned" : "revoked",
+                     partitions->cnt,
+                     names.empty() ? "none" : names,
+                     cooperative ? "cooperative" : "eager",
+                     metrics_.assigned.load());
+    }
+
     void OnStatistics(const char* json, size_t len) {
         const auto stats = nlohmann::json::parse(json, json + len, nullptr, false);
         if (!stats.is_object() || !stats.contains("topics")) return;
@@ -448,6 +506,7 @@ class Consumer::Impl {
 
     store::ConnectionPool& pool_;
     ConsumerOptions options_;
+    std::unique_ptr<InstanceSlot> slot_;  // the derived group.instance.id, held while the consumer lives
     BatchHandler handler_;
     ConsumerMetrics& metrics_;
     std::atomic<bool>& stopping_;

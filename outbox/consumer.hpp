@@ -53,6 +53,9 @@ struct ConsumerOptions {
     int batch_size = 200;
     std::chrono::milliseconds batch_wait{20};  // at most this long filling a batch from records already there
     int max_handler_attempts = 5;
+    // Static membership under a stable id (outbox/membership.hpp): unless `properties` name a
+    // group.instance.id, one is derived per host and slot. False: a dynamic member.
+    bool static_membership = true;
     // Called, inside the transaction, for a delivery the inbox dropped as a duplicate: a participant
     // answers a resent command with its stored reply again. Optional.
     EventHandler on_duplicate;

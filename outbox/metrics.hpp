@@ -21,6 +21,8 @@ struct ConsumerMetrics {
     std::atomic<std::uint64_t> dead_lettered{0};  // moved to <topic>.dlq
     std::atomic<std::int64_t> lag{0};             // records behind the high watermark, all partitions
     std::atomic<std::uint64_t> restarts{0};       // Kafka consumers replaced after a fatal error
+    std::atomic<std::int64_t> assigned{0};        // partitions this member holds now
+    std::atomic<std::uint64_t> rebalances{0};     // assignments and revocations it took part in
     // Batches put back because the database could not take them (out of disk, restarting,
     // read-only): read again later, never dead-lettered.
     std::atomic<std::uint64_t> database_stalls{0};

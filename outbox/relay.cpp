@@ -35,6 +35,8 @@ struct Slot {
     int attempts = 0;
     rd_kafka_resp_err_t err = kPending;
     bool produced = false;
+    std::int32_t partition = -1;  // where the broker put it (delivery report)
+    std::int64_t offset = -1;
 };
 
 // Where the relay's claims start. Under load, a claim that scans the outbox from its first
@@ -164,12 +166,13 @@ std::string RelayClaimStatement(bool after_position) {
     return columns + held_back + (after_position ? "AND o.id > $2 " : "") + "ORDER BY id LIMIT $1";
 }
 
-// The mark of a batch's delivered rows: $1 their ids, $2 the row versions the claim read. A row
-// changed since (re-armed by the engine while its publish was in flight) keeps its new state, and
-// a later full claim publishes it again.
+// The mark of a batch's delivered rows: $1 their ids, $2 the row versions the claim read, $3 and $4
+// the partitions and offsets the broker gave them. A row changed since (re-armed by the engine while
+// its publish was in flight) keeps its new state, and a later full claim publishes it again.
 std::string RelayMarkStatement() {
-    return "UPDATE outbox o SET published_at = clock_timestamp(), attempts = o.attempts + 1 "
-           "FROM unnest($1::bigint[], $2::xid[]) AS c(id, seen) "
+    return "UPDATE outbox o SET published_at = clock_timestamp(), attempts = o.attempts + 1, "
+           "kafka_partition = c.part, kafka_offset = c.off "
+           "FROM unnest($1::bigint[], $2::xid[], $3::int[], $4::bigint[]) AS c(id, seen, part, off) "
            "WHERE o.id = c.id AND o.xmin = c.seen AND o.published_at IS NULL";
 }
 
@@ -294,6 +297,8 @@ class Relay::Impl {
         rd_kafka_conf_set_dr_msg_cb(conf.get(), [](rd_kafka_t*, const rd_kafka_message_t* message, void* opaque) {
             auto* slot = static_cast<Slot*>(message->_private);
             slot->err = message->err;
+            slot->partition = message->partition;
+            slot->offset = message->offset;
             --static_cast<Impl*>(opaque)->pending_;
         });
         producer_ = detail::MakeClient(RD_KAFKA_PRODUCER, std::move(conf));
@@ -418,6 +423,8 @@ class Relay::Impl {
         // claimed: it holds the position.
         std::vector<long long> delivered;
         std::vector<long long> versions;
+        std::vector<long long> partitions;
+        std::vector<long long> offsets;
         std::vector<const Slot*> failed;
         std::vector<long long> claimed;
         for (const auto& slot : slots) {
@@ -426,6 +433,8 @@ class Relay::Impl {
             if (slot.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 delivered.push_back(slot.id);
                 versions.push_back(slot.version);
+                partitions.push_back(slot.partition);
+                offsets.push_back(slot.offset);
             } else {
                 failed.push_back(&slot);
             }
@@ -443,10 +452,13 @@ class Relay::Impl {
                              detail::ErrorText(slot->err),
                              backoff / 1000.0);
             }
-            return delivered.empty()
-                       ? 0
-                       : tx.exec_prepared("mark", store::BigintArray(delivered), store::BigintArray(versions))
-                             .affected_rows();
+            return delivered.empty() ? 0
+                                     : tx.exec_prepared("mark",
+                                                        store::BigintArray(delivered),
+                                                        store::BigintArray(versions),
+                                                        store::BigintArray(partitions),
+                                                        store::BigintArray(offsets))
+                                           .affected_rows();
         };
         std::size_t marked = 0;
         if (failed.empty()) {

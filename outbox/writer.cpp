@@ -45,7 +45,8 @@ std::string Enqueue(pqxx::transaction_base& tx, const std::string& topic, const 
 bool Rearm(pqxx::transaction_base& tx, const std::string& event_id) {
     const auto result = store::Exec(
         tx,
-        "UPDATE outbox SET published_at = NULL, next_attempt_at = now(), last_error = NULL WHERE event_id = $1::uuid",
+        "UPDATE outbox SET published_at = NULL, next_attempt_at = now(), last_error = NULL, kafka_partition = NULL, "
+        "kafka_offset = NULL WHERE event_id = $1::uuid",
         event_id);
     return result.affected_rows() == 1;
 }

@@ -14,6 +14,8 @@ namespace {
 
 // "sagaflow" in ASCII: the advisory lock every sagaflow migrator takes.
 constexpr long long kMigrationLock = 0x736167616677;
+// "sagasetup" folded into 63 bits: the lock of LockSetup.
+constexpr long long kSetupLock = 0x7361676173657475;
 
 void CheckSequence(const std::vector<Migration>& migrations) {
     for (std::size_t i = 1; i < migrations.size(); ++i) {
@@ -110,6 +112,10 @@ MigrateReport MigrateBlocking(const std::string& url, const std::vector<Migratio
     pqxx::nontransaction tx{*conn};
     tx.exec("SELECT pg_advisory_unlock(" + std::to_string(kMigrationLock) + ")");
     return report;
+}
+
+void LockSetup(pqxx::transaction_base& tx) {
+    tx.exec("SELECT pg_advisory_xact_lock(" + std::to_string(kSetupLock) + ")");
 }
 
 }  // namespace sagaflow::store

@@ -5,6 +5,7 @@
 // waits, then finds everything applied.
 
 #include <filesystem>
+#include <pqxx/transaction_base>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,5 +38,11 @@ struct MigrateReport {
 
 // Connects to `url`, takes the advisory lock, verifies what is applied, applies the rest.
 MigrateReport MigrateBlocking(const std::string& url, const std::vector<Migration>& migrations);
+
+// Takes the transaction-scoped advisory lock every sagaflow process holds while it creates schemas
+// and runs setup DDL, so N replicas starting at once run theirs one after another: `CREATE ... IF
+// NOT EXISTS` is not safe against a concurrent twin (both pass the check, one fails on the catalog's
+// unique index), but it is once they are serialised.
+void LockSetup(pqxx::transaction_base& tx);
 
 }  // namespace sagaflow::store

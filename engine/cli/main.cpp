@@ -323,6 +323,7 @@ struct RunFlags {
     std::string instance;
     bool no_relay = false;
     bool static_membership = false;
+    bool no_static_membership = false;
     bool no_create_topics = false;
     std::vector<std::string> kafka_properties;
     std::vector<std::string> consumer_properties;
@@ -344,6 +345,7 @@ int RunEngine(const std::string& db_flag, const RunFlags& flags, const std::func
     if (given("--instance")) config.instance_id = flags.instance;
     if (flags.no_relay) config.run_relay = false;
     if (flags.static_membership) config.static_membership = true;
+    if (flags.no_static_membership) config.static_membership = false;
     if (flags.no_create_topics) config.create_topics = false;
     for (const auto& [key, value] : sagaflow::outbox::ParseKafkaProperties(flags.kafka_properties)) {
         config.kafka_properties[key] = value;
@@ -495,7 +497,11 @@ int main(int argc, char** argv) {
     run->add_flag("--no-create-topics", run_flags.no_create_topics, "the topics exist already (no admin rights, mock)");
     run->add_flag("--static-membership",
                   run_flags.static_membership,
-                  "join the consumer group as --instance, so a restart gets its partitions back at once");
+                  "join the consumer group as a static member (the default; as --instance when given, else "
+                  "<hostname>-<slot>), so a restart gets its partitions back at once");
+    run->add_flag("--no-static-membership",
+                  run_flags.no_static_membership,
+                  "join the consumer group as a dynamic member (a restart rebalances the group)");
     run->add_option(
         "--kafka-property", run_flags.kafka_properties, "librdkafka KEY=VALUE for every client (repeatable)");
     run->add_option("--consumer-property",

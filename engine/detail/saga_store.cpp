@@ -421,7 +421,8 @@ Effects Persist(pqxx::transaction_base& tx,
                 // A resend: the same row, the same event id, the same bytes.
                 const auto row = store::Exec(
                     tx,
-                    "UPDATE saga_step SET attempt = $4, next_attempt_at = NULL, "
+                    "UPDATE saga_step SET attempt = $4, next_attempt_at = NULL, waiting_since = NULL, timeout_due_at = "
+                    "NULL, "
                     "deadline_at = clock_timestamp() + $5 * interval '1 millisecond' "
                     "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 RETURNING command_event_id::text",
                     saga.saga_id,

@@ -202,7 +202,7 @@ TEST_CASE(
         tx.commit();
     }
     pqxx::connection relay_conn{db.Url()};
-    std::string ids, versions;
+    std::string ids, versions, partitions, offsets;
     {
         pqxx::nontransaction tx{relay_conn};
         const auto claimed = tx.exec_params(outbox::RelayClaimStatement(false), 10);
@@ -210,9 +210,13 @@ TEST_CASE(
         for (const auto& row : claimed) {
             ids += (ids.empty() ? "{" : ",") + row[0].as<std::string>();
             versions += (versions.empty() ? "{" : ",") + row[8].as<std::string>();
+            partitions += (partitions.empty() ? "{" : ",") + std::string("0");
+            offsets += (offsets.empty() ? "{" : ",") + std::to_string(partitions.size());
         }
         ids += "}";
         versions += "}";
+        partitions += "}";
+        offsets += "}";
     }
     // "before": re-armed and committed between the claim and the mark.
     {
@@ -227,7 +231,7 @@ TEST_CASE(
     REQUIRE(outbox::Rearm(during, event_ids[1]));
     auto mark = std::async(std::launch::async, [&] {
         pqxx::nontransaction tx{relay_conn};
-        return tx.exec_params(outbox::RelayMarkStatement(), ids, versions).affected_rows();
+        return tx.exec_params(outbox::RelayMarkStatement(), ids, versions, partitions, offsets).affected_rows();
     });
     REQUIRE(mark.wait_for(std::chrono::milliseconds(500)) == std::future_status::timeout);  // waits on the row
     during.commit();

@@ -90,7 +90,7 @@ TEST_CASE("the documented example sets every key, and sagaflow config prints it 
     CHECK(e.consumer_properties == std::map<std::string, std::string>{{"session.timeout.ms", "10000"}});
     CHECK(e.instance_id == "engine-1");
     CHECK(e.consumer_group == "sagaflow-engine");
-    CHECK(!e.static_membership);
+    CHECK(e.static_membership);
     CHECK(e.process_sagas);
     CHECK(e.run_relay);
     CHECK(e.timer_max_sleep == std::chrono::seconds(1));

@@ -80,7 +80,7 @@ TEST_CASE("unknown keys are refused with a suggestion and the allowed keys") {
     REQUIRE(errors.size() == 1);
     CHECK(errors[0] ==
           "t.yaml:9:5: error: steps[0].timout: unknown key 'timout' (did you mean 'timeout'?); allowed here: name, "
-          "participant, command, compensation, kind, send, save, timeout, retry");
+          "participant, command, compensation, kind, send, save, timeout, startTimeout, retry");
 }
 
 TEST_CASE("wrong types name what was expected and what was found") {
@@ -274,4 +274,29 @@ TEST_CASE("a saga deadline: read, in the hash only when set, refused where it co
     CHECK(Errors(kHead + "deadline: 1h\nsteps:\n  - {name: pay, participant: p, kind: pivot, command: Pay.v1}\n") ==
           Lines{"t.yaml:3:11: error: deadline: the first step 'pay' is pivot: the saga is past its point of no return "
                 "from the start, so a deadline could never cancel it. Remove 'deadline:'."});
+}
+
+TEST_CASE("startTimeout: per step or from defaults, 10 minutes when unset, in the hash only when set") {
+    const auto plain = LoadDefinitionString(kHead + "steps:\n" + kStepA, "a.yaml");
+    REQUIRE(plain.definition);
+    CHECK_FALSE(plain.definition->steps[0].start_timeout);
+    CHECK(plain.definition->steps[0].StartTimeout() == std::chrono::minutes(10));
+    CHECK(plain.definition->hash.substr(0, 12) == "c6c1ab7cb23c");  // unchanged by the new key
+
+    const auto step = LoadDefinitionString(kHead + "steps:\n" + kStepA + "    startTimeout: 2m\n", "b.yaml");
+    REQUIRE(step.definition);
+    CHECK(step.definition->steps[0].StartTimeout() == std::chrono::minutes(2));
+    CHECK(step.definition->Canonical()["steps"][0]["startTimeoutMs"] == 120'000);
+    CHECK(step.definition->hash != plain.definition->hash);
+
+    const auto defaults = LoadDefinitionString(kHead + "defaults:\n  startTimeout: 30s\nsteps:\n" + kStepA +
+                                                   "  - {name: b, participant: p, kind: pivot, "
+                                                   "command: B.v1, startTimeout: 1h}\n",
+                                               "c.yaml");
+    REQUIRE(defaults.definition);
+    CHECK(defaults.definition->steps[0].StartTimeout() == std::chrono::seconds(30));
+    CHECK(defaults.definition->steps[1].StartTimeout() == std::chrono::hours(1));
+
+    CHECK(Errors(kHead + "steps:\n" + kStepA + "    startTimeout: 500ms\n") ==
+          Lines{"t.yaml:9:19: error: steps[0].startTimeout: duration 500ms is out of range: allowed 1s to 168h"});
 }

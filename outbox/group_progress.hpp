@@ -1,0 +1,66 @@
+#pragma once
+// What consumer groups have read, as Kafka itself records it: each followed group's committed
+// offsets on a topic, fetched every `interval` by a thread of its own, kept with the time each was
+// first seen. The engine asks it two questions before it lets a step time out (engine/README.md,
+// "Two clocks"):
+//   - has the participant's group read this command (its partition and offset, from the relay's
+//     delivery report), and since when?
+//   - has the engine's own group read every reply written before a given moment?
+// Answers are ages ("read at least this long ago"), measured on this process's steady clock, so no
+// clock of another machine enters them. A group's offsets are committed after its database
+// transaction (outbox/consumer.hpp) and at most auto.commit.interval.ms later, so "read" here
+// means "applied"; an answer is at most interval + that interval late, never early.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "outbox/kafka.hpp"
+
+namespace sagaflow::outbox {
+
+class GroupProgress {
+  public:
+    GroupProgress(std::string brokers,
+                  KafkaProperties properties,
+                  std::chrono::milliseconds interval = std::chrono::milliseconds(500));
+    ~GroupProgress();
+    GroupProgress(const GroupProgress&) = delete;
+    GroupProgress& operator=(const GroupProgress&) = delete;
+
+    // Follows `group` on `topic` (from the next fetch on). `caught_up`: also record the topic's
+    // high watermarks, for CaughtUpAgo.
+    void Follow(const std::string& group, const std::string& topic, bool caught_up = false);
+    void Start();
+    void Stop();
+
+    enum class Read { kYes, kNo, kUnknown };
+    struct ReadAnswer {
+        Read read = Read::kUnknown;
+        std::chrono::milliseconds ago{0};  // kYes: first seen committed past the offset this long ago
+        std::string why;                   // kUnknown: why not known
+    };
+    // Whether `group` has read the record at `offset` of `topic`[`partition`]. kUnknown when the
+    // group is not followed, nothing has been fetched yet, or the group has committed nothing on
+    // the topic at all (not a sagaflow group, or misnamed: nothing to wait for).
+    ReadAnswer CommandRead(const std::string& group,
+                           const std::string& topic,
+                           std::int32_t partition,
+                           std::int64_t offset) const;
+    // How long ago the latest moment lies before which every record of `topic` has been read by
+    // `group`; nullopt while that is not known (nothing fetched, or never caught up since).
+    std::optional<std::chrono::milliseconds> CaughtUpAgo(const std::string& group, const std::string& topic) const;
+
+  private:
+    class Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sagaflow::outbox
