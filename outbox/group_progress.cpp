@@ -81,7 +81,7 @@ class GroupProgress::Impl {
             return {Read::kNo, {}, {}};
         }
         for (const auto& [at, committed] : track.history[static_cast<std::size_t>(partition)].committed) {
-            if (committed > offset) return {Read::kYes, Ago(at), {}};
+            if (committed >= offset) return {Read::kYes, Ago(at), {}};
         }
         return {Read::kNo, {}, {}};
     }

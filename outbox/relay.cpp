@@ -190,6 +190,8 @@ KafkaProperties RelayProducerProperties(const RelayOptions& options) {
         properties[key] = required;
     }
     properties.try_emplace("linger.ms", "0");
+    // Back on a broker within a second of its return (librdkafka's default backs off up to 10 s).
+    properties.try_emplace("reconnect.backoff.max.ms", "1000");
     // librdkafka retries a message until the broker takes it: the relay bounds its own wait only
     // when stopping, so a broker outage pauses publishing and loses nothing.
     properties.try_emplace("message.timeout.ms", "0");

@@ -471,6 +471,7 @@ TEST_CASE("a consumer fenced out of its group (static membership) replaces its K
                                           {"group.id", options.group_id},
                                           {"group.instance.id", instance},
                                           {"session.timeout.ms", "6000"},
+                                          {"partition.assignment.strategy", "cooperative-sticky"},  // as the group's
                                           {"enable.auto.commit", "false"}}));
         rd_kafka_poll_set_consumer(rival.get());
         TopicPartitionListPtr topics{rd_kafka_topic_partition_list_new(1)};

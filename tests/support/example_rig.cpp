@@ -90,9 +90,7 @@ ExampleRig::Process SpawnService(const std::string& binary,
                                   "--replies-topic",
                                   replies,
                                   "--consumer-property",
-                                  "session.timeout.ms=6000",
-                                  "--consumer-property",
-                                  "group.instance.id=" + name + "-1"};
+                                  "session.timeout.ms=6000"};
     if (!create_topics) args.emplace_back("--no-create-topics");
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<detail::ChildProcess>(RequiredEnv("SAGAFLOW_SERVICES_BIN") + "/" + binary, args, log, env);
