@@ -143,6 +143,7 @@ TEST_CASE("fail-over: engines and replicas killed, the broker halted, PostgreSQL
     std::atomic<int> accepted{0};
     std::atomic<int> lost{0};
     const auto load_start = Clock::now();
+    const double load_epoch = EpochSeconds();
     const auto load = [&](int thread) {
         for (;;) {
             const int n = next++;
@@ -234,20 +235,36 @@ TEST_CASE("fail-over: engines and replicas killed, the broker halted, PostgreSQL
     const double timeouts = number("SELECT count(*) FROM saga_event WHERE kind = 'timeout'");
     const double waits = number("SELECT count(*) FROM saga_event WHERE kind = 'waiting-for-participant'");
     const double resends = number("SELECT count(*) FROM saga_event WHERE kind = 'resent'");
-    // Publication delay of each outbox: overall, and outside the broker halt and the PostgreSQL
-    // restart (rows written then cannot be published, or marked, before those end).
-    std::string outside = "true";
+    // Publication delay of each outbox: overall, and for rows published once, outside the broker
+    // halt and the PostgreSQL restart (rows written then cannot be published, or marked, before
+    // those end). A row published more than once — a resend, or a participant answering a
+    // redelivered command with its stored reply — is re-armed: its published_at is then its last
+    // publication, not its first, so it says nothing about a stall and is counted apart.
+    std::string outside = "attempts = 1";
     for (const auto& w : windows) {
         if (w.what == "broker halted 10 s" || w.what == "PostgreSQL restart") {
             outside += " AND NOT (extract(epoch FROM created_at) BETWEEN " + std::to_string(w.from - 2) + " AND " +
                        std::to_string(w.to + 3) + ")";
         }
     }
-    std::map<std::string, std::pair<double, double>> delays;  // worst overall, worst outside those windows
+    struct Delays {
+        double worst = 0, worst_first = 0, republished = 0;
+    };
+    std::map<std::string, Delays> delays;
+    std::string worst_rows;  // where the slowest first publications were written, relative to the faults
     for (const std::string table : {"outbox", "orders.outbox", "payments.outbox"}) {
         delays[table] = {
             number("SELECT max(extract(epoch FROM published_at - created_at)) FROM " + table),
-            number("SELECT max(extract(epoch FROM published_at - created_at)) FROM " + table + " WHERE " + outside)};
+            number("SELECT max(extract(epoch FROM published_at - created_at)) FROM " + table + " WHERE " + outside),
+            number("SELECT count(*) FROM " + table + " WHERE attempts > 1")};
+        for (const auto& row :
+             tx.exec("SELECT extract(epoch FROM created_at)::float8, extract(epoch FROM published_at "
+                     "- created_at)::float8 FROM " +
+                     table + " WHERE " + outside + " ORDER BY published_at - created_at DESC LIMIT 1")) {
+            worst_rows += "  " + table + ": slowest first publication written at +" +
+                          std::to_string(row[0].as<double>() - load_epoch) + " s, published " +
+                          std::to_string(row[1].as<double>()) + " s later\n";
+        }
     }
     const auto report = rig.Audit();
 
@@ -259,21 +276,30 @@ TEST_CASE("fail-over: engines and replicas killed, the broker halted, PostgreSQL
               << "  timeouts " << timeouts << ", waits for a participant " << waits << ", resends " << resends
               << ", start retries " << client.Retries() << "\n";
     for (const auto& [table, d] : delays) {
-        std::cout << "  " << table << ": worst publication delay " << d.first << " s; outside the broker halt and "
-                  << "the PostgreSQL restart " << d.second << " s\n";
+        std::cout << "  " << table << ": worst publication delay " << d.worst << " s; first publications outside "
+                  << "the broker halt and the PostgreSQL restart " << d.worst_first << " s; rows published again "
+                  << "(resends, replayed replies) " << d.republished << "\n";
     }
-    std::cout << report.Summary() << std::flush;
+    std::cout << "  faults (s after the load started):";
+    for (const auto& w : windows)
+        std::cout << " " << w.what << " +" << w.from - load_epoch << "..+" << w.to - load_epoch << ";";
+    std::cout << "\n" << worst_rows << report.Summary() << std::flush;
 
     CHECK(ended);
     CHECK(sagas == kSagas);
     CHECK(declined_by_design == kSagas / 10);
     CHECK(over_limit_completed == 0);
     CHECK(extra_compensated == 0);
+    // No participant here is slow: every timeout is one the faults caused. The two clocks hold them
+    // (with `startTimeout: 1s` in the saga, which leaves the timeouts counting from dispatch, this
+    // run had 158 timeouts and 150 resends); a few remain possible, e.g. a replica killed after it
+    // reached a command and before it answered.
+    CHECK(timeouts <= kSagas / 100);
     CHECK(keys_twice == 0);
     for (const auto& [table, d] : delays) {
         INFO(table);
-        CHECK(d.first <= 30.0);   // the 10 s halt and the restart, plus reconnecting and draining
-        CHECK(d.second <= 10.0);  // a killed writer or relay leader never holds publication back for long
+        CHECK(d.worst <= 30.0);       // the 10 s halt and the restart, plus reconnecting and draining
+        CHECK(d.worst_first <= 5.0);  // a killed writer or relay leader never holds publication back
     }
     CHECK(report.Ok());
     for (auto& p : engines) p->KillAndWait(SIGTERM);

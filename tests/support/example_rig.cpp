@@ -1,5 +1,6 @@
 #include "tests/support/example_rig.hpp"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -35,6 +36,7 @@ ExampleRig::ExampleRig(std::string brokers, std::string db_url, bool create_topi
 }
 
 ExampleRig::~ExampleRig() {
+    if (std::getenv("SAGAFLOW_KEEP_LOGS") != nullptr) return;  // for a look at the processes' logs
     std::error_code ignored;
     std::filesystem::remove_all(logs_, ignored);
 }
