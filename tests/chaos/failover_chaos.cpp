@@ -195,6 +195,7 @@ TEST_CASE("fail-over: engines and replicas killed, the broker halted, PostgreSQL
     }
     const auto last_fault = Clock::now();
     for (auto& thread : load_threads) thread.join();
+    const double load_end_epoch = EpochSeconds();
     std::cout << "failover: " << accepted.load() << " sagas started, " << client.Retries()
               << " start retries; waiting for every saga to end" << std::endl;
     CHECK(accepted.load() == kSagas);
@@ -266,6 +267,31 @@ TEST_CASE("fail-over: engines and replicas killed, the broker halted, PostgreSQL
                           std::to_string(row[1].as<double>()) + " s later\n";
         }
     }
+    // How long each consumer group stopped consuming while the load ran: the longest gap between
+    // consecutive applications (participants: participant_step.applied_at; engines: the replies in
+    // the timelines), overall and not overlapping the broker halt or the PostgreSQL restart. With
+    // the eager protocol a killed member stopped its whole group for up to a session timeout.
+    std::string quiet_windows = "true";
+    for (const auto& w : windows) {
+        if (w.what == "broker halted 10 s" || w.what == "PostgreSQL restart") {
+            quiet_windows +=
+                " AND NOT (s < " + std::to_string(w.to + 3) + " AND e > " + std::to_string(w.from - 2) + ")";
+        }
+    }
+    std::map<std::string, std::pair<double, double>> stalls;  // longest gap overall, outside those windows
+    for (const auto& [name, times] : std::map<std::string, std::string>{
+             {"engines (replies)", "SELECT at AS t FROM saga_event WHERE kind = 'reply'"},
+             {"order service", "SELECT applied_at AS t FROM orders.participant_step"},
+             {"payment service", "SELECT applied_at AS t FROM payments.participant_step"}}) {
+        const std::string gaps =
+            "SELECT extract(epoch FROM lag(t) OVER (ORDER BY t))::float8 AS s, extract(epoch FROM "
+            "t)::float8 AS e FROM (" +
+            times + ") x";
+        const std::string during =
+            "s IS NOT NULL AND e BETWEEN " + std::to_string(load_epoch + 1) + " AND " + std::to_string(load_end_epoch);
+        stalls[name] = {number("SELECT max(e - s) FROM (" + gaps + ") g WHERE " + during),
+                        number("SELECT max(e - s) FROM (" + gaps + ") g WHERE " + during + " AND " + quiet_windows)};
+    }
     const auto report = rig.Audit();
 
     std::cout << "failover figures:\n"
@@ -279,6 +305,10 @@ TEST_CASE("fail-over: engines and replicas killed, the broker halted, PostgreSQL
         std::cout << "  " << table << ": worst publication delay " << d.worst << " s; first publications outside "
                   << "the broker halt and the PostgreSQL restart " << d.worst_first << " s; rows published again "
                   << "(resends, replayed replies) " << d.republished << "\n";
+    }
+    for (const auto& [name, gap] : stalls) {
+        std::cout << "  " << name << ": longest pause in consumption " << gap.first << " s; outside the broker halt "
+                  << "and the PostgreSQL restart " << gap.second << " s\n";
     }
     std::cout << "  faults (s after the load started):";
     for (const auto& w : windows)
@@ -300,6 +330,10 @@ TEST_CASE("fail-over: engines and replicas killed, the broker halted, PostgreSQL
         INFO(table);
         CHECK(d.worst <= 30.0);       // the 10 s halt and the restart, plus reconnecting and draining
         CHECK(d.worst_first <= 5.0);  // a killed writer or relay leader never holds publication back
+    }
+    for (const auto& [name, gap] : stalls) {
+        INFO(name);
+        CHECK(gap.second <= 3.0);  // a killed member never stops its group
     }
     CHECK(report.Ok());
     for (auto& p : engines) p->KillAndWait(SIGTERM);
