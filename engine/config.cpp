@@ -432,7 +432,8 @@ void ConfigReader::ReadHttp(const YamlFields& root, Config& config) {
                                "max_body_bytes",
                                "max_header_bytes",
                                "io_timeout",
-                               "idempotency_ttl"},
+                               "idempotency_ttl",
+                               "allow_unauthenticated"},
                               {"tokens"});
     if (!http) return;
     auto& out = config.engine.http;
@@ -453,6 +454,7 @@ void ConfigReader::ReadHttp(const YamlFields& root, Config& config) {
     if (const auto d = Duration(*http, "io_timeout", "http", 1000ms, 3'600'000ms)) {
         out.io_timeout = std::chrono::duration_cast<std::chrono::seconds>(*d);
     }
+    if (const auto b = Bool(*http, "allow_unauthenticated", "http")) out.allow_unauthenticated = *b;
     // Rule R-DIST-IDEM-5: idempotency records are kept 24 to 72 hours.
     if (const auto d = Duration(*http, "idempotency_ttl", "http", 24h, 72h)) {
         out.idempotency_ttl = std::chrono::duration_cast<std::chrono::hours>(*d);
@@ -655,6 +657,7 @@ std::string Config::Describe() const {
     out << YAML::Key << "max_header_bytes" << YAML::Value << engine.http.max_header_bytes;
     out << YAML::Key << "io_timeout" << YAML::Value << std::to_string(engine.http.io_timeout.count()) + "s";
     out << YAML::Key << "idempotency_ttl" << YAML::Value << hours(engine.http.idempotency_ttl);
+    out << YAML::Key << "allow_unauthenticated" << YAML::Value << engine.http.allow_unauthenticated;
     out << YAML::Key << "tokens" << YAML::Value << YAML::BeginMap;
     for (const auto& [token, client] : engine.http.tokens) out << YAML::Key << client << YAML::Value << "***";
     out << YAML::EndMap << YAML::EndMap;

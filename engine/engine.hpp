@@ -59,6 +59,10 @@ struct HttpConfig {
     // Bearer tokens -> client name. Empty: no authentication. A client whose name starts with
     // "operator" may also list sagas and retry parked ones; others get 403 there.
     std::map<std::string, std::string> tokens;
+    // Without tokens the API serves anyone who can reach it: allowed on a loopback address only,
+    // unless this is set (then logged as a warning at start). Operator endpoints (list, retry,
+    // cancel) still need a token on a non-loopback address.
+    bool allow_unauthenticated = false;
 };
 
 struct EngineConfig {

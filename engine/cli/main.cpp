@@ -329,6 +329,7 @@ struct RunFlags {
     std::vector<std::string> consumer_properties;
     std::string http;                      // ADDRESS:PORT
     std::vector<std::string> http_tokens;  // TOKEN=CLIENT
+    bool http_allow_unauthenticated = false;
     int idempotency_ttl_hours = 48;
     int prune_after_days = 0;  // 0: finished sagas are kept (sagaflow prune deletes them on demand)
 };
@@ -365,6 +366,7 @@ int RunEngine(const std::string& db_flag, const RunFlags& flags, const std::func
             "expected ADDRESS:PORT (e.g. 0.0.0.0:8080, [::1]:8080; port 0: any free port), found '" + flags.http + "'");
     }
     if (given("--idempotency-ttl-hours")) config.http.idempotency_ttl = std::chrono::hours(flags.idempotency_ttl_hours);
+    if (flags.http_allow_unauthenticated) config.http.allow_unauthenticated = true;
     for (const auto& pair : flags.http_tokens) {
         const auto eq = pair.find('=');
         if (eq == std::string::npos || eq == 0) throw CLI::ValidationError("--http-token", "expected TOKEN=CLIENT");
@@ -483,6 +485,9 @@ int main(int argc, char** argv) {
     run->add_option("--instance", run_flags.instance, "this engine's name in events (default: hostname-pid)");
     run->add_flag("--no-relay", run_flags.no_relay, "do not publish the outbox here (another process does)");
     run->add_option("--http", run_flags.http, "serve the HTTP API on ADDRESS:PORT (port 0: any free port)");
+    run->add_flag("--http-allow-unauthenticated",
+                  run_flags.http_allow_unauthenticated,
+                  "serve a non-loopback --http address without tokens (operator endpoints still need one)");
     run->add_option("--http-token",
                     run_flags.http_tokens,
                     "TOKEN=CLIENT: require bearer tokens (repeatable); clients named operator* may list and retry");

@@ -1,6 +1,10 @@
 #include "engine/detail/http_server.hpp"
 
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <filesystem>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -195,8 +199,22 @@ nlohmann::json SagaJson(const SagaView& saga) {
     return out;
 }
 
+// The client a bearer token names, or null. Every configured token is compared in full, in time
+// that depends on the lengths only, so response times do not reveal how much of a token matched.
+const std::string* HttpServer::FindToken(const std::string& presented) const {
+    const std::string* found = nullptr;
+    for (const auto& [token, client] : config_.http.tokens) {
+        unsigned char difference = token.size() == presented.size() ? 0 : 1;
+        for (std::size_t i = 0; i < token.size(); ++i) {
+            difference |= static_cast<unsigned char>(token[i] ^ (i < presented.size() ? presented[i] : '\0'));
+        }
+        if (difference == 0) found = &client;
+    }
+    return found;
+}
+
 HttpServer::HttpServer(asio::io_context& io, Engine& engine, const EngineConfig& config)
-    : io_(io), engine_(engine), config_(config), acceptor_(io) {
+    : io_(io), engine_(engine), config_(config), acceptor_(io), accept_pause_(io) {
     store::ValidateTtl(config_.http.idempotency_ttl);
 }
 
@@ -206,6 +224,21 @@ HttpServer::~HttpServer() {
 
 void HttpServer::Start() {
     const auto address = asio::ip::make_address(config_.http.address);
+    loopback_ = address.is_loopback();
+    if (config_.http.tokens.empty() && !loopback_) {
+        if (!config_.http.allow_unauthenticated) {
+            throw EngineError("http: refusing to serve " + config_.http.address + ":" +
+                              std::to_string(config_.http.port) +
+                              " without tokens: anyone who can reach it could start sagas. Hint: set http.tokens "
+                              "(sagaflow run --http-token TOKEN=CLIENT), listen on 127.0.0.1, or accept it with "
+                              "http.allow_unauthenticated: true (--http-allow-unauthenticated)");
+        }
+        spdlog::warn(
+            "http: serving {} without tokens (http.allow_unauthenticated): anyone who can reach it may "
+            "start and read sagas; listing, retrying and cancelling need an operator's token",
+            config_.http.address);
+    }
+    connection_cap_ = ConnectionCap(config_.http.max_connections);
     const tcp::endpoint endpoint{address, static_cast<unsigned short>(config_.http.port)};
     boost::system::error_code ec;
     acceptor_.open(endpoint.protocol(), ec);
@@ -227,15 +260,59 @@ void HttpServer::Stop() {
     asio::post(io_, [this] {
         boost::system::error_code ignored;
         acceptor_.close(ignored);
+        accept_pause_.cancel();
     });
     workers_->join();
     workers_.reset();
 }
 
+// The connections the process's open-files limit leaves room for: each takes a descriptor, and
+// the database pool, the Kafka clients and the files need theirs. Below http.max_connections it
+// is logged once, with the fix.
+int HttpServer::ConnectionCap(int configured) {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return configured;
+    std::error_code ec;
+    long open = 0;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+         !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec)) {
+        ++open;
+    }
+    constexpr long kReserve = 64;  // reconnecting clients, log files, a 503 past the cap
+    const long room = static_cast<long>(limit.rlim_cur) - open - kReserve;
+    const int cap = static_cast<int>(std::clamp<long>(room, 1, configured));
+    if (cap < configured) {
+        spdlog::warn(
+            "http: the open-files limit ({}, {} in use) leaves room for {} connections, not "
+            "http.max_connections = {}; more get 503. Hint: raise it (ulimit -n, LimitNOFILE=)",
+            static_cast<long>(limit.rlim_cur),
+            open,
+            cap,
+            configured);
+    }
+    return cap;
+}
+
 void HttpServer::Accept() {
     acceptor_.async_accept([this](boost::system::error_code accept_error, tcp::socket socket) {
-        if (accept_error) return;  // closed: stopping
-        const bool over_cap = connections_.load() >= config_.http.max_connections;
+        if (accept_error) {
+            if (accept_error == asio::error::operation_aborted || !acceptor_.is_open()) return;  // stopping
+            // Out of descriptors (EMFILE, ENFILE), a connection aborted before it was taken, no
+            // buffers: none of them ends the server. The connection waits in the backlog; accepting
+            // resumes after a pause, so a descriptor shortage does not spin the io thread.
+            if (const auto unlogged = accept_failures_.Due()) {
+                spdlog::error("http: accept failed ({}); accepting again in 100 ms{}",
+                              accept_error.message(),
+                              *unlogged == 0 ? "" : fmt::format(" ({} more since the last line)", *unlogged));
+            }
+            accept_pause_.expires_after(std::chrono::milliseconds(100));
+            accept_pause_.async_wait([this](const boost::system::error_code& ec) {
+                if (!ec && acceptor_.is_open()) Accept();
+            });
+            return;
+        }
+        const bool over_cap = connections_.load() >= connection_cap_;
         ++connections_;
         asio::co_spawn(
             io_,
@@ -357,17 +434,24 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
     std::string client;
     if (!config_.http.tokens.empty()) {
         const std::string auth(m[http::field::authorization]);
-        const auto it =
-            auth.rfind("Bearer ", 0) == 0 ? config_.http.tokens.find(auth.substr(7)) : config_.http.tokens.end();
-        if (it == config_.http.tokens.end()) {
+        const auto found = auth.rfind("Bearer ", 0) == 0 ? FindToken(auth.substr(7)) : nullptr;
+        if (found == nullptr) {
             auto r = Problem(401, "unauthorized", "Unauthorized", "send Authorization: Bearer <token>");
             r.headers.emplace_back("WWW-Authenticate", "Bearer");
             return r;
         }
-        client = it->second;
+        client = *found;
     }
-    const bool operator_allowed = config_.http.tokens.empty() || client.rfind("operator", 0) == 0;
+    // Without tokens everyone is an operator on a loopback address only.
+    const bool operator_allowed = config_.http.tokens.empty() ? loopback_ : client.rfind("operator", 0) == 0;
     const auto forbidden = [&] {
+        if (config_.http.tokens.empty()) {
+            return Problem(403,
+                           "operator-token-required",
+                           "Forbidden",
+                           "listing, retrying and cancelling sagas need an operator's token on a non-loopback "
+                           "address. Hint: set http.tokens with a client named operator-...");
+        }
         return Problem(403, "forbidden", "Forbidden", "client '" + client + "' may not do this; operators may");
     };
 

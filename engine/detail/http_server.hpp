@@ -7,12 +7,14 @@
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <memory>
 #include <mutex>
 
 #include "engine/engine.hpp"
+#include "store/errors.hpp"
 
 namespace sagaflow::detail {
 
@@ -32,6 +34,8 @@ class HttpServer {
 
   private:
     void Accept();
+    static int ConnectionCap(int configured);
+    const std::string* FindToken(const std::string& presented) const;
     Response Handle(const Request& request);  // on a worker thread
     Response StartSaga(const Request& request, const std::string& type, const std::string& client);
     Response CancelSaga(const Request& request, const std::string& saga_id, const std::string& client);
@@ -42,6 +46,10 @@ class HttpServer {
     Engine& engine_;
     EngineConfig config_;
     boost::asio::ip::tcp::acceptor acceptor_;
+    boost::asio::steady_timer accept_pause_;  // after an accept error (io thread)
+    store::FailureLogLimit accept_failures_;  // io thread
+    int connection_cap_ = 0;                  // http.max_connections, lowered to fit the open-files limit
+    bool loopback_ = true;                    // the listening address is a loopback one
     std::unique_ptr<boost::asio::thread_pool> workers_;
     std::atomic<int> port_{0};
     std::atomic<int> connections_{0};

@@ -1,6 +1,7 @@
 // The HTTP API through a real HTTP client: the Idempotency-Key protocol, the saga endpoints,
 // operator endpoints, metrics and health, authentication, and malformed requests.
 #include <doctest/doctest.h>
+#include <signal.h>
 
 #include <array>
 #include <boost/asio/connect.hpp>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "engine/detail/canonical.hpp"
+#include "engine/detail/child_process.hpp"
 #include "engine/engine.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/saga_rig.hpp"
@@ -605,4 +607,161 @@ TEST_CASE("slow clients are cut off, and connections beyond the cap get 503") {
     idle2.close();
     // Room again: served.
     CHECK(WaitFor([&] { return HttpRequest(port, "GET", "/healthz").status == 200; }, std::chrono::seconds(10)));
+}
+
+namespace {
+
+// Everything the server writes on one connection until it closes it.
+std::string ReadAll(boost::asio::ip::tcp::socket& socket) {
+    std::string out;
+    std::array<char, 4096> buffer{};
+    boost::system::error_code ec;
+    for (;;) {
+        const auto n = socket.read_some(boost::asio::buffer(buffer), ec);
+        out.append(buffer.data(), n);
+        if (ec) return out;
+    }
+}
+
+}  // namespace
+
+TEST_CASE("pipelined requests on one connection are all answered, in order") {
+    Rig rig;
+    auto engine = HttpEngine(rig);
+    namespace asio = boost::asio;
+    asio::io_context io;
+    asio::ip::tcp::socket socket{io};
+    socket.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(engine->HttpPort())});
+    // Four requests in one write: a start (with a body), a 404, a replay of the start, and a health
+    // check that closes the connection.
+    const std::string body = R"({"item": "a", "mode": ""})";
+    const std::string start =
+        "POST /v1/sagas/itest-saga HTTP/1.1\r\nHost: x\r\nIdempotency-Key: pipe-1\r\n"
+        "Content-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    const std::string bytes = start + "GET /v1/no-such-thing HTTP/1.1\r\nHost: x\r\n\r\n" + start +
+                              "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    asio::write(socket, asio::buffer(bytes));
+    const std::string answers = ReadAll(socket);
+    INFO(answers);
+    // The status lines in the order they came: the start, the 404, the replayed start (its stored
+    // 201), the health check.
+    std::vector<std::string> statuses;
+    for (auto at = answers.find("HTTP/1.1 "); at != std::string::npos; at = answers.find("HTTP/1.1 ", at + 1)) {
+        statuses.push_back(answers.substr(at + 9, 3));
+    }
+    CHECK(statuses == std::vector<std::string>{"201", "404", "201", "200"});
+}
+
+TEST_CASE("a flood of connections past the open-files limit: the server keeps accepting afterwards") {
+    // `sagaflow run --http` under `ulimit -n 256`; 700 idle connections, then closed. The accept loop
+    // must survive EMFILE, and connections beyond what the limit allows get 503 rather than nothing.
+    Rig rig;
+    const std::string yaml = rig.YamlFile(1, "2s");
+    const int port = [] {
+        boost::asio::io_context io;
+        boost::asio::ip::tcp::acceptor probe{io, {boost::asio::ip::make_address("127.0.0.1"), 0}};
+        return static_cast<int>(probe.local_endpoint().port());
+    }();
+    const std::string log = "/tmp/sagaflow-flood-" + rig.suffix + ".log";
+    const auto config = rig.Config();
+    detail::ChildProcess engine{"/bin/sh",
+                                {"-c",
+                                 "ulimit -n 256 && exec \"$0\" \"$@\"",
+                                 testing::SagaflowCli(),
+                                 "run",
+                                 "--db",
+                                 rig.db.Url(),
+                                 "--brokers",
+                                 rig.brokers,
+                                 "--saga",
+                                 yaml,
+                                 "--group",
+                                 config.consumer_group,
+                                 "--replies-topic",
+                                 rig.replies,
+                                 "--http",
+                                 "127.0.0.1:" + std::to_string(port)},
+                                log};
+    REQUIRE(WaitFor(
+        [&] {
+            try {
+                return HttpRequest(port, "GET", "/healthz").status == 200;
+            } catch (const std::exception&) {
+                return false;
+            }
+        },
+        std::chrono::seconds(60)));
+    namespace asio = boost::asio;
+    asio::io_context io;
+    std::vector<asio::ip::tcp::socket> flood;
+    int refused = 0;
+    for (int i = 0; i < 700; ++i) {
+        asio::ip::tcp::socket s{io};
+        boost::system::error_code ec;
+        s.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)}, ec);
+        if (ec) {
+            ++refused;
+            continue;
+        }
+        flood.push_back(std::move(s));
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    // Past the cap the server answers 503 with Retry-After and closes.
+    int answered_503 = 0;
+    for (auto& s : flood) {
+        if (s.available() > 0) {
+            std::array<char, 512> buffer{};
+            boost::system::error_code ec;
+            const auto n = s.read_some(asio::buffer(buffer), ec);
+            const std::string head(buffer.data(), n);
+            answered_503 += head.rfind("HTTP/1.1 503", 0) == 0 && head.find("Retry-After") != std::string::npos;
+        }
+    }
+    MESSAGE("connections opened " << flood.size() << ", refused " << refused << ", answered 503: " << answered_503);
+    CHECK(answered_503 > 0);
+    for (auto& s : flood) s.close();
+    flood.clear();
+    // Afterwards: health and a start are served.
+    CHECK(WaitFor(
+        [&] {
+            try {
+                return HttpRequest(port, "GET", "/healthz").status == 200;
+            } catch (const std::exception&) {
+                return false;
+            }
+        },
+        std::chrono::seconds(15)));
+    const auto started = Post(port, "flood-1", R"({"item": "a", "mode": ""})");
+    CHECK(started.status == 201);
+    engine.KillAndWait(SIGTERM);
+}
+
+TEST_CASE("safe by default: no tokens on a non-loopback address is refused unless allowed, and operators need one") {
+    Rig rig;
+    auto config = rig.Config();
+    config.http.enabled = true;
+    config.http.address = "0.0.0.0";
+    config.http.port = 0;
+    {
+        Engine engine{config};
+        engine.RegisterDefinition(rig.Yaml(1, "Notify.v1", "2s"), "itest.yaml");
+        try {
+            engine.Start();
+            FAIL("started on 0.0.0.0 without tokens");
+        } catch (const EngineError& e) {
+            const std::string what = e.what();
+            CHECK(what.find("0.0.0.0") != std::string::npos);
+            CHECK(what.find("allow_unauthenticated") != std::string::npos);
+        }
+    }
+    config.http.allow_unauthenticated = true;  // NOLINT
+    Engine engine{config};
+    engine.RegisterDefinition(rig.Yaml(1, "Notify.v1", "2s"), "itest.yaml");
+    engine.Start();
+    const int port = engine.HttpPort();
+    CHECK(Post(port, "open-1", R"({"item": "a", "mode": ""})").status == 201);
+    const auto list = HttpRequest(port, "GET", "/v1/sagas");
+    CHECK(list.status == 403);
+    CHECK(ProblemType(list) == "operator-token-required");
 }

@@ -154,7 +154,7 @@ TEST_CASE("unknown keys are refused at their position, with the allowed ones and
     CHECK(Errors("http:\n  listen: 127.0.0.1:80\n  token: {}\n") ==
           Lines{"c.yaml:3:3: error: http.token: unknown key 'token' (did you mean 'tokens'?); allowed here: listen, "
                 "worker_threads, max_connections, max_body_bytes, max_header_bytes, io_timeout, idempotency_ttl, "
-                "tokens"});
+                "allow_unauthenticated, tokens"});
 }
 
 TEST_CASE("values are checked against their type and range") {
