@@ -427,14 +427,11 @@ class Engine::Impl {
             // generic plan the engine's sessions keep for their key lookups.
             tx.exec("SET LOCAL plan_cache_mode = force_custom_plan");
             // Keyset paging on the saga id: UUID v7 ids sort by creation time.
-            const auto rows = tx.exec_params(
-                "SELECT saga_id::text, saga_type, status, " + Rfc3339("created_at") + ", " + Rfc3339("updated_at") +
-                    " FROM saga_instance WHERE ($1 = '' OR status = $1) AND ($2 = '' OR saga_type = $2) AND "
-                    "($3 = '' OR saga_id < $3::uuid) ORDER BY saga_id DESC LIMIT $4",
-                query.status,
-                query.saga_type,
-                store::IsUuid(query.cursor) ? query.cursor : std::string(),
-                limit + 1);
+            const auto rows = tx.exec_params(detail::ListSagasStatement(),
+                                             query.status,
+                                             query.saga_type,
+                                             store::IsUuid(query.cursor) ? query.cursor : std::string(),
+                                             limit + 1);
             SagaPage page;
             for (const auto& row : rows) {
                 if (static_cast<int>(page.items.size()) == limit) {
@@ -545,7 +542,7 @@ class Engine::Impl {
         return parts_.pool->RunBlocking([](pqxx::connection& conn) {
             pqxx::read_transaction tx{conn};
             EngineGauges g;
-            for (const auto& row : tx.exec("SELECT saga_type, status, count(*) FROM saga_instance GROUP BY 1, 2")) {
+            for (const auto& row : tx.exec(detail::OpenSagasStatement())) {
                 g.sagas[{row[0].as<std::string>(), row[1].as<std::string>()}] = row[2].as<long long>();
             }
             const auto outbox = tx.exec1(

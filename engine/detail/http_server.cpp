@@ -737,7 +737,8 @@ HttpServer::Response HttpServer::Metrics() {
     const auto m = engine_.Metrics();
     const auto g = engine_.ReadGauges();
     std::ostringstream out;
-    out << "# HELP sagaflow_sagas Sagas by type and status.\n# TYPE sagaflow_sagas gauge\n";
+    out << "# HELP sagaflow_sagas Open sagas (running, compensating) and parked ones (failed) by type and status.\n"
+           "# TYPE sagaflow_sagas gauge\n";
     long long parked = 0;
     for (const auto& [key, count] : g.sagas) {
         out << "sagaflow_sagas{type=\"" << Label(key.first) << "\",status=\"" << key.second << "\"} " << count << "\n";
@@ -770,6 +771,9 @@ HttpServer::Response HttpServer::Metrics() {
             "Outbox produce failures retried and relay batches left unmarked (published again).",
             m.relay_errors);
     counter("sagaflow_sagas_started_total", "Sagas started by this engine.", m.sagas_started);
+    counter("sagaflow_sagas_finished_total",
+            "Sagas this engine brought to an end (completed, compensated or parked).",
+            m.sagas_finished);
     counter("sagaflow_sagas_parked_total", "Sagas this engine parked as failed.", m.sagas_parked);
     counter("sagaflow_sagas_cancelled_total", "Sagas cancelled through this engine.", m.sagas_cancelled);
     counter("sagaflow_replies_ignored_total",

@@ -522,6 +522,21 @@ std::string ReopenParked(pqxx::transaction_base& tx, const LoadedSaga& saga) {
     return gave_up->step_name;
 }
 
+std::string ListSagasStatement() {
+    // ORDER BY names the table's column: the output column saga_id is text, and ordering by it
+    // sorted the whole table.
+    return "SELECT s.saga_id::text AS saga_id, s.saga_type, s.status, to_char(s.created_at AT TIME ZONE 'UTC', "
+           "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), to_char(s.updated_at AT TIME ZONE 'UTC', "
+           "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM saga_instance s WHERE ($1 = '' OR s.status = $1) AND "
+           "($2 = '' OR s.saga_type = $2) AND ($3 = '' OR s.saga_id < $3::uuid) ORDER BY s.saga_id DESC LIMIT $4";
+}
+
+std::string OpenSagasStatement() {
+    return "SELECT saga_type, status, count(*) FROM saga_instance WHERE status IN ('running', 'compensating') "
+           "GROUP BY 1, 2 UNION ALL SELECT saga_type, status, count(*) FROM saga_instance WHERE status = 'failed' "
+           "GROUP BY 1, 2";
+}
+
 std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit) {
     // Three index-backed parts: deadlines of open phases, backoffs that elapsed, and the deadlines
     // of running sagas.

@@ -164,6 +164,13 @@ struct DueTimer {
 
 std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit);
 
+// The operator list's page ($1 status or '', $2 type or '', $3 cursor saga id or '', $4 limit): a
+// backward walk of the primary key (or of a status's partial index), never a sort of the table.
+std::string ListSagasStatement();
+// The open sagas (running, compensating) and the parked ones (failed) by type and status, from
+// their partial indexes: /metrics reads what is bounded by the work in flight, not the history.
+std::string OpenSagasStatement();
+
 // Time until the earliest pending deadline or retry (zero if one is due); nullopt if none pends.
 std::optional<std::chrono::milliseconds> NextTimer(pqxx::transaction_base& tx);
 
