@@ -118,7 +118,10 @@ AuditReport AuditBlocking(const AuditOptions& options) {
     AuditReport report;
     report.sagas = tx.exec1("SELECT count(*) FROM saga_instance")[0].as<long long>();
     const std::string grace = std::to_string(options.grace.count());
+    // Schema names reach the SQL as quoted identifiers (q) and, in messages, as quoted literals (l):
+    // a name with a quote or a semicolon is just a name.
     const auto q = [&](const std::string& schema) { return tx.quote_name(schema); };
+    const auto l = [&](const std::string& text) { return tx.quote(text); };
 
     AuditCheck terminal{"terminal-or-live", "every saga is terminal, or open with a live deadline or retry", 0, {}};
     Collect(tx,
@@ -159,15 +162,15 @@ AuditReport AuditBlocking(const AuditOptions& options) {
     for (const auto& schema : options.participant_schemas) {
         Collect(tx,
                 apply,
-                "SELECT ps.saga_id::text, '" + schema + ": ' || ps.step_name || ' ' || ps.phase || " +
+                "SELECT ps.saga_id::text, " + l(schema + ": ") + " || ps.step_name || ' ' || ps.phase || " +
                     "' applied without an inbox record of its command' FROM " + q(schema) +
                     ".participant_step ps WHERE ps.status IN ('succeeded', 'failed') AND ps.command_event_id IS NOT "
                     "NULL AND NOT EXISTS (SELECT 1 FROM " +
                     q(schema) +
                     ".processed_event pe WHERE pe.event_id = ps.command_event_id) "
-                    "UNION ALL SELECT ps.saga_id::text, '" +
-                    schema +
-                    ": applied command ' || ps.command_event_id || ', not the engine''s command of ' || ps.step_name "
+                    "UNION ALL SELECT ps.saga_id::text, " +
+                    l(schema + ": applied command ") +
+                    " || ps.command_event_id || ', not the engine''s command of ' || ps.step_name "
                     "|| ' ' || ps.phase FROM " +
                     q(schema) +
                     ".participant_step ps JOIN saga_step s ON s.saga_id = ps.saga_id AND s.step_name = ps.step_name "
@@ -192,8 +195,8 @@ AuditReport AuditBlocking(const AuditOptions& options) {
         const std::string t = q(schema) + ".participant_step";
         Collect(tx,
                 hanging,
-                "SELECT c.saga_id::text, '" + schema +
-                    ": compensation of ' || c.step_name || ' ran without its "
+                "SELECT c.saga_id::text, " + l(schema + ": compensation of ") +
+                    " || c.step_name || ' ran without its "
                     "action' FROM " +
                     t +
                     " c WHERE c.phase = 'compensation' AND c.status = 'succeeded' AND NOT EXISTS "
@@ -201,9 +204,9 @@ AuditReport AuditBlocking(const AuditOptions& options) {
                     t +
                     " a WHERE a.saga_id = c.saga_id AND a.step_name = c.step_name AND a.phase = "
                     "'action' AND a.status = 'succeeded' AND a.applied_at <= c.applied_at) "
-                    "UNION ALL SELECT a.saga_id::text, '" +
-                    schema +
-                    ": action ' || a.step_name || ' landed after its "
+                    "UNION ALL SELECT a.saga_id::text, " +
+                    l(schema + ": action ") +
+                    " || a.step_name || ' landed after its "
                     "compensation' FROM " +
                     t + " a JOIN " + t +
                     " c ON c.saga_id = a.saga_id AND c.step_name = "
@@ -223,7 +226,8 @@ AuditReport AuditBlocking(const AuditOptions& options) {
     for (const auto& table : outboxes) {
         Collect(tx,
                 outbox,
-                "SELECT message_key, '" + table + " row ' || event_id || ' unpublished ' || CASE WHEN " + kRearmed +
+                "SELECT message_key, " + l(table + " row ") + " || event_id || ' unpublished ' || CASE WHEN " +
+                    kRearmed +
                     " THEN round(extract(epoch FROM now() - next_attempt_at)) || ' s after it was re-armed "
                     "(a resend after ' || attempts || ' publication(s))' ELSE 'since it was created ' || "
                     "round(extract(epoch FROM now() - created_at)) || ' s ago' || CASE WHEN last_error IS NOT NULL "

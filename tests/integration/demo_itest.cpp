@@ -108,6 +108,25 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
     INFO(clean.Summary());
     REQUIRE(clean.Ok());
     CHECK(clean.checks.size() == 7);
+    {
+        // A schema whose name holds a quote, a semicolon and a double quote is only a name to the
+        // audit: the orders schema copied under it, audited beside the others, holds as they do.
+        const std::string odd = "o'dd; DROP TABLE saga_instance; --\"x";
+        pqxx::work w{conn};
+        const std::string schema = w.quote_name(odd);
+        w.exec("CREATE SCHEMA " + schema);
+        for (const std::string table : {"participant_step", "processed_event", "outbox"}) {
+            w.exec("CREATE TABLE " + schema + "." + table + " (LIKE orders." + table + " INCLUDING ALL)");
+            w.exec("INSERT INTO " + schema + "." + table + " OVERRIDING SYSTEM VALUE SELECT * FROM orders." + table);
+        }
+        w.commit();
+        auto with_odd = options;
+        with_odd.participant_schemas.push_back(odd);
+        const auto report = AuditBlocking(with_odd);
+        INFO(report.Summary());
+        CHECK(report.Ok());
+        CHECK(testing::Count(db.Url(), "SELECT count(*) FROM saga_instance") > 0);
+    }
     const auto violations = [&](const std::string& check) {
         for (const auto& c : AuditBlocking(options).checks) {
             if (c.name == check) return c.violations;
