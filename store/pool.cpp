@@ -105,17 +105,26 @@ std::unique_ptr<pqxx::connection> ConnectionPool::ConnectWithBackoff(int index) 
 
 void ConnectionPool::Worker(int index) {
     std::unique_ptr<pqxx::connection> conn;
+    const auto release = [&] {
+        if (conn && options_.on_disconnect) options_.on_disconnect(*conn);
+        conn.reset();
+    };
     for (;;) {
         Task task;
         {
             std::unique_lock lock{mutex_};
             wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-            if (stopping_) return;  // queued tasks are failed by Stop()
+            if (stopping_) {  // queued tasks are failed by Stop()
+                lock.unlock();
+                release();
+                return;
+            }
             task = std::move(queue_.front());
             queue_.pop_front();
         }
         for (int attempt = 1;; ++attempt) {
             if (!conn || !conn->is_open()) {
+                release();
                 conn = ConnectWithBackoff(index);
                 if (!conn) {  // stopping: fail this job, and the next ones the same way until Stop()
                     task(nullptr, std::make_exception_ptr(PoolStopped{}));
@@ -126,7 +135,7 @@ void ConnectionPool::Worker(int index) {
                 task(conn.get(), nullptr);
                 break;
             } catch (const pqxx::broken_connection& e) {
-                conn.reset();
+                release();
                 if (attempt >= options_.max_job_attempts) {
                     task(nullptr, std::current_exception());
                     break;

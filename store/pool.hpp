@@ -39,6 +39,8 @@ struct PoolOptions {
     std::chrono::milliseconds max_backoff{5000};
     // Runs on every new connection (e.g. to declare prepared statements).
     std::function<void(pqxx::connection&)> on_connect;
+    // Called for each connection before the pool lets go of it (lost, or the pool stopping).
+    std::function<void(pqxx::connection&)> on_disconnect;
 };
 
 class PoolStopped : public std::runtime_error {

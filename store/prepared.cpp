@@ -81,6 +81,11 @@ void ForgetForeignStatements(const pqxx::connection_base& conn) {
     g_foreign.erase(&conn);
 }
 
+std::size_t ForeignStatementConnections() {
+    const std::lock_guard lock{g_foreign_mutex};
+    return g_foreign.size();
+}
+
 void UseOwnStatementPlans(pqxx::connection_base& conn) {
     pqxx::nontransaction{conn}.exec("SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan");
 }

@@ -59,8 +59,11 @@ pqxx::result ExecForeign(pqxx::transaction_base& tx,
                          const std::string& sql,
                          const std::vector<const char*>& params,
                          std::size_t limit = kMaxForeignStatements);
-// Drops what ExecForeign knew about a connection at this address: for a pool's on_connect.
+// Drops what ExecForeign knew about a connection: for a pool's on_connect and on_disconnect, so
+// the map holds the connections that are alive and nothing of those that came and went.
 void ForgetForeignStatements(const pqxx::connection_base& conn);
+// How many connections ExecForeign keeps statements for (tests).
+std::size_t ForeignStatementConnections();
 
 // The same with parameters built at run time (statements assembled from parts, e.g. a caller's row
 // and an outbox row in one statement). An empty string binds as text, not NULL.

@@ -14,6 +14,7 @@ void Runtime::StartPool(const std::string& url, int size) {
         store::UseOwnStatementPlans(conn);
         store::PrepareInbox(conn);
     };
+    options.on_disconnect = [](pqxx::connection& conn) { store::ForgetForeignStatements(conn); };
     pool = std::make_unique<store::ConnectionPool>(options);
 }
 

@@ -59,8 +59,8 @@ struct ConsumerSetup {
         store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
         testing::Execute(db.Url(), "CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL)");
         testing::CreateTopic(brokers, topic, 2);
-        pool = std::make_unique<store::ConnectionPool>(
-            store::PoolOptions{.url = db.Url(), .size = 2, .on_connect = [](auto& c) { store::PrepareInbox(c); }});
+        pool = std::make_unique<store::ConnectionPool>(store::PoolOptions{
+            .url = db.Url(), .size = 2, .on_connect = [](auto& c) { store::PrepareInbox(c); }, .on_disconnect = {}});
         options.brokers = brokers;
         options.group_id = UniqueName("group");
         options.topics = {topic};
@@ -577,7 +577,8 @@ TEST_CASE("the relay killed with SIGKILL 20 times: every row is published, dupli
         tx.exec("CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL)");
         tx.commit();
     }
-    store::ConnectionPool pool{{.url = db.Url(), .size = 2, .on_connect = [](auto& c) { store::PrepareInbox(c); }}};
+    store::ConnectionPool pool{
+        {.url = db.Url(), .size = 2, .on_connect = [](auto& c) { store::PrepareInbox(c); }, .on_disconnect = {}}};
     outbox::ConsumerOptions options;
     options.brokers = brokers;
     options.group_id = UniqueName("group");

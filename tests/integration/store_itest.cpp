@@ -297,7 +297,8 @@ TEST_CASE("a session of sagaflow's own statements plans an array statement once,
 TEST_CASE("the pool runs jobs, passes errors on, and survives a killed connection") {
     ScratchDatabase db;
     MigrateBlocking(db.Url(), BuiltinMigrations());
-    ConnectionPool pool{{.url = db.Url(), .size = 2, .on_connect = [](pqxx::connection& c) { PrepareInbox(c); }}};
+    ConnectionPool pool{
+        {.url = db.Url(), .size = 2, .on_connect = [](pqxx::connection& c) { PrepareInbox(c); }, .on_disconnect = {}}};
     CHECK(pool.RunBlocking([](pqxx::connection& c) {
         pqxx::work tx{c};
         return tx.exec1("SELECT 40 + 2")[0].as<int>();
@@ -513,4 +514,29 @@ TEST_CASE("foreign statements: prepared up to the bound, and prepared afresh aft
     const auto afresh = run("SELECT * FROM f WHERE a = $1::int");
     REQUIRE(afresh[0].size() == 2);
     CHECK(afresh[0][1].as<int>() == 7);
+}
+
+TEST_CASE("foreign statements are forgotten with their connections: the map does not grow as connections come and go") {
+    ScratchDatabase db;
+    Execute(db.Url(), "CREATE TABLE g (a int); INSERT INTO g VALUES (1)");
+    const std::size_t before = ForeignStatementConnections();
+    for (int round = 0; round < 5; ++round) {
+        PoolOptions options;
+        options.url = db.Url();
+        options.size = 3;
+        options.on_connect = [](pqxx::connection& conn) { ForgetForeignStatements(conn); };
+        options.on_disconnect = [](pqxx::connection& conn) { ForgetForeignStatements(conn); };
+        ConnectionPool pool{options};
+        for (int i = 0; i < 6; ++i) {
+            pool.RunBlocking([](pqxx::connection& conn) {
+                pqxx::work tx{conn};
+                const std::string one = "1";
+                CHECK(ExecForeign(tx, "SELECT a FROM g WHERE a = $1", {one.c_str()}).size() == 1);
+                tx.commit();
+            });
+        }
+        CHECK(ForeignStatementConnections() > before);
+        pool.Stop();
+        CHECK(ForeignStatementConnections() == before);
+    }
 }
