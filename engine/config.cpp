@@ -72,7 +72,7 @@ std::string WithPassword(const std::string& url, const std::string& password) {
         static constexpr char kHex[] = "0123456789ABCDEF";
         for (const char ch : password) {
             const auto c = static_cast<unsigned char>(ch);
-            if (std::isalnum(c) != 0 || c == '-' || c == '.' || c == '_' || c == '~') {
+            if (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '.' || c == '_' || c == '~') {
                 encoded += ch;
             } else {
                 encoded += '%';

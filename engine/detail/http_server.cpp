@@ -482,8 +482,9 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
             return Problem(400, "invalid-query", "Invalid query", "cursor must be the nextCursor of a previous page");
         }
         if (const auto limit = get("limit"); !limit.empty()) {
-            if (limit.size() > 3 || !std::all_of(limit.begin(), limit.end(), ::isdigit) || std::stoi(limit) < 1 ||
-                std::stoi(limit) > 500) {
+            if (limit.size() > 3 ||
+                !std::all_of(limit.begin(), limit.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+                std::stoi(limit) < 1 || std::stoi(limit) > 500) {
                 return Problem(400, "invalid-query", "Invalid query", "limit must be 1..500");
             }
             query.limit = std::stoi(limit);
@@ -562,12 +563,14 @@ std::optional<Response> AnswerFromRecord(
         r.headers.emplace_back("Retry-After", "1");
         return r;
     };
-    const auto row = store::Exec(tx,
-                                 "SELECT command_hash, state, coalesce(http_status, 0), coalesce(response::text, ''), "
-                                 "created_at < now() - interval '30 seconds' FROM idempotency_record WHERE scope = $1 "
-                                 "AND idempotency_key = $2",
-                                 scope,
-                                 key);
+    const auto row =
+        store::Exec(tx,
+                    "SELECT r.command_hash, r.state, coalesce(r.http_status, 0), coalesce(r.response::text, "
+                    "''), r.created_at < now() - interval '30 seconds', s.status FROM idempotency_record r "
+                    "LEFT JOIN saga_instance s ON s.saga_id = r.saga_id WHERE r.scope = $1 AND "
+                    "r.idempotency_key = $2",
+                    scope,
+                    key);
     if (row.empty()) return in_progress();  // its first request has not committed yet
     if (row[0][0].as<std::string>() != hash) {
         return Problem(409,
@@ -576,11 +579,13 @@ std::optional<Response> AnswerFromRecord(
                        "this key was used with another body; use a new key for a new request");
     }
     if (row[0][1].as<std::string>() == "completed") {
-        // jsonb re-spaces the stored body: serialise it again the way it was first sent.
-        Response r{row[0][2].as<unsigned>(),
-                   "application/json",
-                   nlohmann::json::parse(row[0][3].as<std::string>()).dump(),
-                   {}};
+        // jsonb re-spaces the stored body: serialise it again the way it was first sent, with the
+        // saga's status as it is now (the stored one is the status at its start).
+        auto body = nlohmann::json::parse(row[0][3].as<std::string>());
+        if (!row[0][5].is_null() && body.is_object() && body.contains("status")) {
+            body["status"] = row[0][5].as<std::string>();
+        }
+        Response r{row[0][2].as<unsigned>(), "application/json", body.dump(), {}};
         if (r.status >= 400) r.content_type = "application/problem+json";
         r.headers.emplace_back("Idempotent-Replayed", "true");
         return r;
