@@ -697,15 +697,18 @@ TEST_CASE("a flood of connections past the open-files limit: the server keeps ac
                                  "--http",
                                  "127.0.0.1:" + std::to_string(port)},
                                 log};
-    REQUIRE(WaitFor(
-        [&] {
-            try {
-                return HttpRequest(port, "GET", "/healthz").status == 200;
-            } catch (const std::exception&) {
-                return false;
-            }
-        },
-        std::chrono::seconds(60)));
+    const auto healthy = [&](std::chrono::seconds within) {
+        return WaitFor(
+            [&] {
+                try {
+                    return HttpRequest(port, "GET", "/healthz").status == 200;
+                } catch (const std::exception&) {
+                    return false;
+                }
+            },
+            within);
+    };
+    REQUIRE(healthy(std::chrono::seconds(60)));
     namespace asio = boost::asio;
     asio::io_context io;
     std::vector<asio::ip::tcp::socket> flood;
@@ -737,15 +740,7 @@ TEST_CASE("a flood of connections past the open-files limit: the server keeps ac
     for (auto& s : flood) s.close();
     flood.clear();
     // Afterwards: health and a start are served.
-    CHECK(WaitFor(
-        [&] {
-            try {
-                return HttpRequest(port, "GET", "/healthz").status == 200;
-            } catch (const std::exception&) {
-                return false;
-            }
-        },
-        std::chrono::seconds(15)));
+    CHECK(healthy(std::chrono::seconds(15)));
     const auto started = Post(port, "flood-1", R"({"item": "a", "mode": ""})");
     CHECK(started.status == 201);
     engine.KillAndWait(SIGTERM);
