@@ -114,6 +114,11 @@ class ConfigReader : public detail::YamlReader {
     std::map<std::string, std::string> KafkaProperties(const YamlFields& fields,
                                                        std::string_view key,
                                                        const std::string& path);
+    // A mapping of plain names to plain strings (`example` shows one entry in the error).
+    std::map<std::string, std::string> Names(const YamlFields& fields,
+                                             std::string_view key,
+                                             const std::string& parent,
+                                             const std::string& example);
 
     void ReadDb(const YamlFields& root, Config& config);
     void ReadKafka(const YamlFields& root, Config& config);
@@ -312,6 +317,33 @@ std::map<std::string, std::string> ConfigReader::KafkaProperties(const YamlField
     return out;
 }
 
+std::map<std::string, std::string> ConfigReader::Names(const YamlFields& fields,
+                                                       std::string_view key,
+                                                       const std::string& parent,
+                                                       const std::string& example) {
+    std::map<std::string, std::string> out;
+    const std::string path = Join(parent, key);
+    const auto it = fields.find(std::string(key));
+    if (it != fields.end() && !it->second.value.IsNull() && !it->second.value.IsMap()) {
+        Error(MarkOf(it->second),
+              path,
+              "expected a mapping, e.g. " + example + ", found " + std::string(detail::KindOfNode(it->second.value)));
+    } else if (it != fields.end() && it->second.value.IsMap()) {
+        for (auto p = it->second.value.begin(); p != it->second.value.end(); ++p) {
+            const YamlEntry entry{p->first, p->second};
+            if (!p->first.IsScalar()) {
+                Error(p->first.Mark(), path, "a name must be a plain name");
+                continue;
+            }
+            const std::string here = Join(path, p->first.Scalar());
+            if (from_env_.count(here) != 0) continue;  // the environment's value replaces it
+            if (Scalar(entry, here, "a name")) out[p->first.Scalar()] = p->second.Scalar();
+        }
+    }
+    for (const auto& [name, value] : EnvEntries(path)) out[name] = value;
+    return out;
+}
+
 void ConfigReader::ReadDb(const YamlFields& root, Config& config) {
     const auto db = Section(root, "db", {"url", "password", "pool_size", "run_migrations"}, {});
     if (!db) return;
@@ -374,13 +406,14 @@ void ConfigReader::ReadEngine(const YamlFields& root, Config& config) {
                                  "run_relay",
                                  "timer_max_sleep",
                                  "history_retention_days"},
-                                {},
+                                {"participant_groups"},
                                 {"sagas"});
     if (!engine) return;
     auto& out = config.engine;
     if (const auto v = String(*engine, "instance_id", "engine", {}, false)) out.instance_id = *v;
     if (const auto v = String(*engine, "consumer_group", "engine", {}, false)) out.consumer_group = *v;
     if (const auto b = Bool(*engine, "static_membership", "engine")) out.static_membership = *b;
+    out.participant_groups = Names(*engine, "participant_groups", "engine", "payment: payments-consumers");
     if (const auto b = Bool(*engine, "process_sagas", "engine")) out.process_sagas = *b;
     if (const auto b = Bool(*engine, "run_relay", "engine")) out.run_relay = *b;
     if (const auto d = Duration(*engine, "timer_max_sleep", "engine", 10ms, 60'000ms)) out.timer_max_sleep = *d;
@@ -637,6 +670,11 @@ std::string Config::Describe() const {
         << (engine.instance_id.empty() ? "(hostname-pid)" : engine.instance_id);
     out << YAML::Key << "consumer_group" << YAML::Value << engine.consumer_group;
     out << YAML::Key << "static_membership" << YAML::Value << engine.static_membership;
+    out << YAML::Key << "participant_groups" << YAML::Value << YAML::BeginMap;
+    for (const auto& [name, group] : engine.participant_groups) {
+        out << YAML::Key << name << YAML::Value << group;
+    }
+    out << YAML::EndMap;
     out << YAML::Key << "process_sagas" << YAML::Value << engine.process_sagas;
     out << YAML::Key << "run_relay" << YAML::Value << engine.run_relay;
     out << YAML::Key << "timer_max_sleep" << YAML::Value << detail::FormatDuration(engine.timer_max_sleep);

@@ -91,6 +91,7 @@ TEST_CASE("the documented example sets every key, and sagaflow config prints it 
     CHECK(e.instance_id == "engine-1");
     CHECK(e.consumer_group == "sagaflow-engine");
     CHECK(e.static_membership);
+    CHECK(e.participant_groups == std::map<std::string, std::string>{{"payment", "sagaflow-participant-payment"}});
     CHECK(e.process_sagas);
     CHECK(e.run_relay);
     CHECK(e.timer_max_sleep == std::chrono::seconds(1));
