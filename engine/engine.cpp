@@ -66,6 +66,24 @@ std::string Rfc3339(const std::string& column) {
     return "to_char(" + column + " AT TIME ZONE 'UTC', " + kTimeFormat + ")";
 }
 
+// What a transaction did that the world may learn only once it committed: counters, step
+// latencies, log lines. Gathered while it runs and applied after its commit (Impl::Apply); a
+// rolled-back transaction's are dropped with it, so a reply batch retried record by record counts
+// and logs each reply once.
+struct SideEffects {
+    std::vector<std::pair<std::string, double>> latencies;
+    std::uint64_t finished = 0, replies_applied = 0, replies_ignored = 0;
+    std::vector<std::string> parked;                // "saga ... parked as failed: ..." lines
+    std::optional<std::chrono::milliseconds> poke;  // the soonest timer the transaction set
+
+    void Latencies(std::vector<std::pair<std::string, double>> more) {
+        latencies.insert(latencies.end(), more.begin(), more.end());
+    }
+    void Poke(std::optional<std::chrono::milliseconds> delay) {
+        if (delay && (!poke || *delay < *poke)) poke = delay;
+    }
+};
+
 struct Counters {
     std::atomic<std::uint64_t> sagas_started{0}, replies_applied{0}, replies_ignored{0}, timers_fired{0},
         sagas_finished{0}, sagas_parked{0}, sagas_cancelled{0};
@@ -233,9 +251,12 @@ class Engine::Impl {
             if (config_.static_membership && named_instance_) {
                 consumer_options.properties.try_emplace("group.instance.id", config_.instance_id);
             }
+            // A batch's side effects wait for its commit (and go with its rollback).
+            consumer_options.on_transaction_begin = [this] { reply_effects_ = {}; };
+            consumer_options.after_commit = [this] { Apply(std::exchange(reply_effects_, {})); };
             parts_.StartConsumer(consumer_options,
                                  [this](pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events) {
-                                     OnReplies(tx, events);
+                                     OnReplies(tx, events, reply_effects_);
                                  });
 
             // The two clocks of a step timeout (HoldTimeout) read the groups' progress from Kafka.
@@ -347,8 +368,14 @@ class Engine::Impl {
         }
         const auto decision = machine::Decide(definition, saga.state, machine::Begin{});
         detail::WriteBatch writes;
-        const auto effects = PersistLocked(
-            tx, definition, saga, decision, {{"started", {}, {}, 0, {}, {{"version", definition.version}}}}, &writes);
+        SideEffects none;  // a start finishes no step and parks nothing
+        const auto effects = PersistLocked(tx,
+                                           definition,
+                                           saga,
+                                           decision,
+                                           none,
+                                           {{"started", {}, {}, 0, {}, {{"version", definition.version}}}},
+                                           &writes);
         // The saga row with its first state, its timeline and its first commands in one
         // statement; nothing if the key started a saga before.
         if (writes.InsertStarted(
@@ -485,6 +512,7 @@ class Engine::Impl {
         machine::SagaStatus status = machine::SagaStatus::kRunning;  // after the decision
         std::string step;                                            // the step that was in flight
         detail::Effects effects;
+        SideEffects side;  // applied once the caller committed
     };
     Cancellation CancelLocked(pqxx::work& tx,
                               const SagaDefinition& definition,
@@ -502,7 +530,7 @@ class Engine::Impl {
         nlohmann::json detail = nlohmann::json::object();
         if (!reason.empty()) detail["reason"] = reason;
         c.effects = PersistLocked(
-            tx, definition, saga, decision, {{"cancelled", c.step, "action", action->attempt, {}, detail}});
+            tx, definition, saga, decision, c.side, {{"cancelled", c.step, "action", action->attempt, {}, detail}});
         return c;
     }
 
@@ -514,6 +542,7 @@ class Engine::Impl {
 
     CancelResult CancelSaga(const std::string& saga_id, const std::string& reason) {
         detail::Effects effects;
+        SideEffects side;
         const auto result = OnLockedSaga<CancelResult>(saga_id, [&](pqxx::work& tx, const LoadedSaga& saga) {
             CancelResult r;
             auto cancellation = CancelLocked(tx, *Definition(tx, saga.saga_type, saga.definition_hash), saga, reason);
@@ -527,10 +556,12 @@ class Engine::Impl {
             }
             tx.commit();
             effects = std::move(cancellation.effects);
+            side = std::move(cancellation.side);
             r.message = "step '" + cancellation.step + "' and the steps before it are being compensated";
             return r;
         });
         if (result.status == CancelResult::Status::kCancelled) {
+            Apply(std::move(side));
             Cancelled(saga_id, reason);
             Poke(effects.next_timer);
         }
@@ -620,10 +651,12 @@ class Engine::Impl {
         if (!started_) throw EngineError("the engine is not started. Hint: call Engine::Start() first");
     }
 
+    // Writes the decision; what it means for metrics and logs goes to `side`, for after the commit.
     detail::Effects PersistLocked(pqxx::transaction_base& tx,
                                   const SagaDefinition& definition,
                                   const LoadedSaga& saga,
                                   const machine::Decision& decision,
+                                  SideEffects& side,
                                   std::vector<detail::TimelineRow> timeline = {},
                                   detail::WriteBatch* batch = nullptr) {
         detail::Effects effects;
@@ -631,14 +664,24 @@ class Engine::Impl {
             std::lock_guard lock(rng_mutex_);
             effects = detail::Persist(tx, definition, saga, decision, source_, rng_, std::move(timeline), batch);
         }
-        RecordLatencies(effects.step_latencies);
-        if (effects.finished) ++counters_.sagas_finished;
+        side.Latencies(effects.step_latencies);
+        if (effects.finished) ++side.finished;
         if (effects.parked) {
-            ++counters_.sagas_parked;
-            spdlog::error(
-                "saga {} ({}) parked as failed: {}", saga.saga_id, saga.saga_type, decision.state.parked_reason);
+            side.parked.push_back(fmt::format(
+                "saga {} ({}) parked as failed: {}", saga.saga_id, saga.saga_type, decision.state.parked_reason));
         }
         return effects;
+    }
+
+    // After the commit of the transaction that gathered them.
+    void Apply(SideEffects side) {
+        RecordLatencies(side.latencies);
+        counters_.sagas_finished += side.finished;
+        counters_.replies_applied += side.replies_applied;
+        counters_.replies_ignored += side.replies_ignored;
+        counters_.sagas_parked += side.parked.size();
+        for (const auto& line : side.parked) spdlog::error("{}", line);
+        Poke(side.poke);
     }
 
     void RecordLatencies(const std::vector<std::pair<std::string, double>>& latencies) {
@@ -658,15 +701,15 @@ class Engine::Impl {
 
     // A batch of replies: their sagas are locked and loaded with two statements, in saga id order,
     // and their writes go out with one statement per table at the end (detail::WriteBatch).
-    void OnReplies(pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events) {
+    void OnReplies(pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events, SideEffects& side) {
         std::vector<std::string> ids;
         for (const outbox::InboundEvent* in : events) {
             if (store::IsUuid(in->event.saga_id)) ids.push_back(in->event.saga_id);
         }
         auto locked = detail::LockSagas(tx, ids, LockMode::kWait);
         detail::WriteBatch writes;
-        for (const outbox::InboundEvent* in : events) OnReply(tx, *in, locked, writes);
-        RecordLatencies(writes.Flush(tx));
+        for (const outbox::InboundEvent* in : events) OnReply(tx, *in, locked, writes, side);
+        side.Latencies(writes.Flush(tx));
     }
 
     // `locked`: sagas locked and loaded for this reply's batch; taken from it once (a second reply
@@ -674,11 +717,12 @@ class Engine::Impl {
     void OnReply(pqxx::work& tx,
                  const outbox::InboundEvent& in,
                  std::map<std::string, LoadedSaga>& locked,
-                 detail::WriteBatch& writes) {
+                 detail::WriteBatch& writes,
+                 SideEffects& side) {
         const outbox::CloudEvent& e = in.event;
         const std::string outcome_text = e.data.is_object() ? e.data.value("outcome", std::string()) : std::string();
         const auto ignore = [&](const std::string& saga_id, const std::string& why) {
-            ++counters_.replies_ignored;
+            ++side.replies_ignored;
             spdlog::debug("reply {} ignored: {}", e.id, why);
             writes.Record(saga_id,
                           {"ignored",
@@ -706,7 +750,7 @@ class Engine::Impl {
             saga = std::move(it->second);
             locked.erase(it);
         } else {
-            if (writes.Holds(e.saga_id)) RecordLatencies(writes.Flush(tx));
+            if (writes.Holds(e.saga_id)) side.Latencies(writes.Flush(tx));
             saga = detail::LockSaga(tx, e.saga_id, LockMode::kWait);
         }
         if (!saga) return ignore({}, "no saga " + e.saga_id);
@@ -733,10 +777,11 @@ class Engine::Impl {
                           *definition,
                           *saga,
                           decision,
+                          side,
                           {{"reply", e.step_name, e.phase, reply.attempt, e.id, {{"outcome", outcome_text}}}},
                           &writes);
-        ++counters_.replies_applied;
-        Poke(effects.next_timer);
+        ++side.replies_applied;
+        side.Poke(effects.next_timer);
     }
 
     // --- durable timers ----------------------------------------------------------------------------
@@ -745,8 +790,8 @@ class Engine::Impl {
 
     void Poke(std::optional<std::chrono::milliseconds> delay) {
         if (!delay || !timers_running_.load()) return;
-        // A little late on purpose: the transaction that set the timer may not have committed yet.
-        const auto when = *delay + std::chrono::milliseconds(20);
+        // Called after the commit that set the timer (Apply, Committed, ...): the scan sees it.
+        const auto when = *delay;
         asio::post(io_, [this, when] { Arm(when); });
     }
 
@@ -845,8 +890,10 @@ class Engine::Impl {
             timeline.push_back(
                 {"timeout", timer.step_name, std::string(machine::ToString(timer.phase)), timer.attempt, {}, {}});
         }
-        PersistLocked(tx, *definition, *saga, decision, std::move(timeline));
+        SideEffects side;
+        PersistLocked(tx, *definition, *saga, decision, side, std::move(timeline));
         tx.commit();
+        Apply(std::move(side));
         ++counters_.timers_fired;
         return true;
     }
@@ -986,7 +1033,10 @@ class Engine::Impl {
                 tx, saga.saga_id, {{"deadline-passed", {}, {}, 0, {}, {{"ignored", cancellation.refused}}}});
         }
         tx.commit();
-        if (cancellation.refused.empty()) Cancelled(saga.saga_id, reason);
+        if (cancellation.refused.empty()) {
+            Apply(std::move(cancellation.side));
+            Cancelled(saga.saga_id, reason);
+        }
         return true;
     }
 
@@ -1012,6 +1062,7 @@ class Engine::Impl {
 
     detail::Runtime parts_;                            // pool, relay, reply consumer
     std::unique_ptr<outbox::GroupProgress> progress_;  // the groups' committed offsets (HoldTimeout)
+    SideEffects reply_effects_;  // the reply batch's, until its commit (consumer hooks; one batch at a time)
 
     asio::io_context io_;
     std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;

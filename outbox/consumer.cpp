@@ -263,8 +263,12 @@ class Consumer::Impl {
         try {
             pool_.RunBlocking([&](pqxx::connection& conn) {
                 pqxx::work tx{conn};
-                ApplyInTransaction(tx, batch, ids);
+                if (options_.on_transaction_begin) options_.on_transaction_begin();
+                const auto [applied, duplicates] = ApplyInTransaction(tx, batch, ids);
                 tx.commit();
+                metrics_.applied += applied;
+                metrics_.duplicates += duplicates;
+                if (options_.after_commit) options_.after_commit();
             });
             return;
         } catch (const store::PoolStopped&) {
@@ -282,8 +286,11 @@ class Consumer::Impl {
                 try {
                     pool_.RunBlocking([&](pqxx::connection& conn) {
                         pqxx::work tx{conn};
-                        ApplyOne(tx, record);
+                        if (options_.on_transaction_begin) options_.on_transaction_begin();
+                        const bool fresh = ApplyOne(tx, record);
                         tx.commit();
+                        ++(fresh ? metrics_.applied : metrics_.duplicates);
+                        if (options_.after_commit) options_.after_commit();
                     });
                     done = true;
                 } catch (const store::PoolStopped&) {
@@ -308,7 +315,10 @@ class Consumer::Impl {
 
     // Fresh events go to the handler in runs; a duplicate between them is answered in its place
     // (a participant's stored reply must follow the first delivery's).
-    void ApplyInTransaction(pqxx::work& tx, std::vector<Record>& batch, const std::vector<std::string>& ids) {
+    // Returns (applied, duplicates), for the metrics once the transaction committed.
+    std::pair<std::uint64_t, std::uint64_t> ApplyInTransaction(pqxx::work& tx,
+                                                               std::vector<Record>& batch,
+                                                               const std::vector<std::string>& ids) {
         const auto fresh_ids = store::GuardDisabled("inbox") ? ids : store::InboxFreshIds(tx, options_.inbox_name, ids);
         std::set<std::string> fresh(fresh_ids.begin(), fresh_ids.end());
         std::vector<const InboundEvent*> run;
@@ -333,19 +343,18 @@ class Consumer::Impl {
             run.push_back(&*record.inbound);
         }
         flush();
-        metrics_.applied += applied;
-        metrics_.duplicates += duplicates;
+        return {applied, duplicates};
     }
 
-    void ApplyOne(pqxx::work& tx, Record& record) {
+    // True when the record was fresh (applied), false for a duplicate.
+    bool ApplyOne(pqxx::work& tx, Record& record) {
         if (!store::GuardDisabled("inbox") &&
             !store::InboxFirstTime(tx, options_.inbox_name, record.inbound->event.id)) {
-            ++metrics_.duplicates;
             if (options_.on_duplicate) options_.on_duplicate(tx, *record.inbound);
-            return;
+            return false;
         }
         handler_(tx, {&*record.inbound});
-        ++metrics_.applied;
+        return true;
     }
 
     // Produces the record as it came, plus why, to <topic>.dlq. FlushDeadLetters then waits for the

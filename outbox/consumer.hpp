@@ -59,6 +59,13 @@ struct ConsumerOptions {
     // Called, inside the transaction, for a delivery the inbox dropped as a duplicate: a participant
     // answers a resent command with its stored reply again. Optional.
     EventHandler on_duplicate;
+    // Around each database transaction of the handler: `on_transaction_begin` before the handler
+    // runs in it, `after_commit` once it committed (never after a rollback). A handler's side
+    // effects — metrics, log lines, timer pokes — belong after the commit: a batch that fails and
+    // is applied again record by record then has them once. Optional; called on a pool thread,
+    // one transaction at a time.
+    std::function<void()> on_transaction_begin;
+    std::function<void()> after_commit;
 };
 
 class Consumer {

@@ -336,7 +336,23 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
     }
 
     options.max_handler_attempts = 3;
-    outbox::Consumer consumer{pool, options, [](pqxx::work& tx, const outbox::InboundEvent& in) {
+    // A side effect of the handler (a metric, say), gathered in its transaction and kept only once
+    // that committed: the batch that the poison rolls back is applied again record by record, and
+    // each good event must count once.
+    std::atomic<int> pending{0};
+    std::atomic<int> counted{0};
+    std::atomic<int> rollbacks{0};
+    std::atomic<bool> open{false};
+    options.on_transaction_begin = [&] {
+        if (open.exchange(true)) ++rollbacks;  // the previous transaction never committed
+        pending = 0;
+    };
+    options.after_commit = [&] {
+        open = false;
+        counted += pending.exchange(0);
+    };
+    outbox::Consumer consumer{pool, options, [&](pqxx::work& tx, const outbox::InboundEvent& in) {
+                                  ++pending;
                                   if (in.event.data.value("poison", false)) throw std::runtime_error("poisoned");
                                   ApplyEffect(tx, in);
                               }};
@@ -346,6 +362,8 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
                   std::chrono::seconds(90)));
     consumer.Stop();
     CHECK(m.applied.load() == 3);
+    CHECK(counted.load() == 3);
+    CHECK(rollbacks.load() >= 1);
     CHECK(m.duplicates.load() == 2);
     CHECK(Count(url, "SELECT count(*) FROM effect WHERE applied = 1") == 3);
     CHECK(Count(url, "SELECT count(*) FROM effect") == 3);
