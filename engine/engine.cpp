@@ -134,11 +134,12 @@ class Engine::Impl {
 
     // --- definitions -------------------------------------------------------------------------------
 
+    // Checked against what is registered, then written to the database (when started), and only
+    // then known in memory: a definition the database refuses changes nothing here.
     std::string Register(LoadResult loaded, std::string source) {
         if (!loaded.definition) throw DefinitionError(std::move(loaded.diagnostics));
         auto definition = std::make_shared<const SagaDefinition>(std::move(*loaded.definition));
-        {
-            std::unique_lock lock(definitions_mutex_);
+        const auto refuse_conflict = [&] {
             for (const auto& [hash, known] : by_hash_) {
                 if (known->name == definition->name && known->version == definition->version &&
                     hash != definition->hash) {
@@ -147,10 +148,10 @@ class Engine::Impl {
                                       "changed file; running sagas keep the version they started with");
                 }
             }
-            by_hash_[definition->hash] = definition;
-            sources_[definition->hash] = source;
-            auto& latest = latest_[definition->name];
-            if (!latest || latest->version < definition->version) latest = definition;
+        };
+        {
+            std::shared_lock lock(definitions_mutex_);
+            refuse_conflict();
         }
         if (parts_.pool) {
             parts_.pool->RunBlocking([&](pqxx::connection& conn) {
@@ -159,6 +160,12 @@ class Engine::Impl {
                 tx.commit();
             });
         }
+        std::unique_lock lock(definitions_mutex_);
+        refuse_conflict();  // another thread may have registered the same version meanwhile
+        by_hash_[definition->hash] = definition;
+        sources_[definition->hash] = source;
+        auto& latest = latest_[definition->name];
+        if (!latest || latest->version < definition->version) latest = definition;
         return definition->hash;
     }
 

@@ -828,3 +828,19 @@ TEST_CASE("operator reads stay index walks as history grows: list pages and gaug
     const auto metrics = HttpRequest(port, "GET", "/metrics");
     CHECK(metrics.body.find("sagaflow_sagas{type=\"bulk\",status=\"running\"} 40\n") != std::string::npos);
 }
+
+TEST_CASE("a definition the database refuses changes nothing in the engine: starts keep the version it had") {
+    Rig rig;
+    auto engine = HttpEngine(rig);
+    // Another deployment registered version 2 of the type with other content.
+    testing::Execute(
+        rig.db.Url(),
+        "INSERT INTO saga_definition (saga_type, version, hash, canonical, source) VALUES ('itest-saga', 2, "
+        "'another-hash', '{}', '')");
+    CHECK_THROWS_AS(engine->RegisterDefinition(rig.Yaml(2, "Notify.v1", "2s"), "v2.yaml"), EngineError);
+    const auto started = Post(engine->HttpPort(), "after-refusal", R"({"item": "a", "mode": ""})");
+    REQUIRE(started.status == 201);
+    const auto saga = engine->GetSaga(started.Json()["sagaId"].get<std::string>());
+    REQUIRE(saga);
+    CHECK(saga->definition_version == 1);
+}
