@@ -333,7 +333,10 @@ TEST_CASE("fail-over: engines and replicas killed, the broker halted, PostgreSQL
     }
     for (const auto& [name, gap] : stalls) {
         INFO(name);
-        CHECK(gap.second <= 3.0);  // a killed member never stops its group
+        // A killed member never stops its group: what this guards against is a stop-the-world
+        // rebalance, which pauses a group for a session timeout (10 s) or more. Measured 0.3-2.5 s on
+        // two shared cores running eight processes besides the broker and PostgreSQL.
+        CHECK(gap.second <= 5.0);
     }
     CHECK(report.Ok());
     for (auto& p : engines) p->KillAndWait(SIGTERM);
