@@ -10,6 +10,19 @@
 namespace sagaflow::store {
 
 bool GuardDisabled(std::string_view guard) {
+#ifndef SAGAFLOW_TEST_SWITCHES
+    // A build without the switches (release, an installed library) never weakens a guarantee; it
+    // says once that the variable is ignored, so a forgotten one in a deployment is seen.
+    static const bool warned = [] {
+        if (std::getenv("SAGAFLOW_TEST_DISABLE_GUARD") != nullptr) {
+            spdlog::warn("SAGAFLOW_TEST_DISABLE_GUARD is set and ignored: this build has no test switches");
+        }
+        return true;
+    }();
+    static_cast<void>(warned);
+    static_cast<void>(guard);
+    return false;
+#else
     static const std::set<std::string> disabled = [] {
         std::set<std::string> out;
         if (const char* env = std::getenv("SAGAFLOW_TEST_DISABLE_GUARD"); env != nullptr) {
@@ -27,6 +40,7 @@ bool GuardDisabled(std::string_view guard) {
         return out;
     }();
     return disabled.count(std::string(guard)) != 0;
+#endif
 }
 
 }  // namespace sagaflow::store
