@@ -166,6 +166,11 @@ class Engine::Impl {
         sources_[definition->hash] = source;
         auto& latest = latest_[definition->name];
         if (!latest || latest->version < definition->version) latest = definition;
+        if (progress_) {
+            for (const auto& step : definition->steps) {
+                progress_->Follow(ParticipantGroup(step.participant), step.CommandTopic());
+            }
+        }
         return definition->hash;
     }
 
@@ -949,7 +954,8 @@ class Engine::Impl {
         if (since_dispatch >= step->StartTimeout()) return false;  // waited long enough: time out
         const std::string group = ParticipantGroup(step->participant);
         // Moves the timer `delay` ahead. kWaitForRead: the command is unread (waiting_since: the
-        // attempt's dispatch, set once); kWaitForReplies: replies unread (timeout_due_at: the
+        // attempt's dispatch, set once); kWaitForReplies: replies unread, or the follower has not looked
+        // yet (timeout_due_at: the
         // deadline they must have been read up to, set once); kRestart: read late, the timeout
         // counts anew from the read (both cleared).
         enum class Hold { kWaitForRead = 0, kWaitForReplies = 1, kRestart = 2 };
@@ -970,23 +976,30 @@ class Engine::Impl {
         // Clock 1: has the participant read the command?
         std::string unread;
         std::optional<std::chrono::milliseconds> read_ago;
+        bool not_looked_yet = false;  // a follower that just started: ask again shortly
         if (!row[3].as<bool>()) {
             unread = "its command is not published yet";
         } else if (!row[5].is_null()) {
-            const auto answer =
-                progress_->CommandRead(group, row[4].as<std::string>(), row[5].as<int>(), row[6].as<std::int64_t>());
+            const std::string topic = row[4].as<std::string>();
+            progress_->Follow(group, topic);  // a definition registered after Start: followed from now on
+            const auto answer = progress_->CommandRead(group, topic, row[5].as<int>(), row[6].as<std::int64_t>());
             if (answer.read == outbox::GroupProgress::Read::kNo) {
                 unread = "its command waits to be read by consumer group " + group;
             } else if (answer.read == outbox::GroupProgress::Read::kYes) {
                 read_ago = answer.ago;
+            } else if (answer.read == outbox::GroupProgress::Read::kNotYet) {
+                not_looked_yet = true;
             } else if (const auto unlogged = unknown_progress_.Due()) {
-                progress_->Follow(group, row[4].as<std::string>());
                 spdlog::warn("engine {}: step timeouts of participant {} count from dispatch: {}{}",
                              config_.instance_id,
                              step->participant,
                              answer.why,
                              *unlogged == 0 ? "" : fmt::format(" ({} more since the last line)", *unlogged));
             }
+        }
+        if (not_looked_yet) {
+            move(std::chrono::milliseconds(500), Hold::kWaitForReplies);
+            return true;
         }
         if (!unread.empty()) {
             constexpr std::chrono::milliseconds kLookAgain{1000};
@@ -1018,11 +1031,12 @@ class Engine::Impl {
             return true;
         }
         // Clock 2: every reply written before the deadline read by this engine's group?
-        // Bounded by startTimeout from the command's publication, which moving the timer leaves be.
+        // Bounded by startTimeout from the command's publication, which moving the timer leaves be;
+        // when Kafka cannot say (nullopt) the timeout fires as before.
         const auto caught_up = progress_->CaughtUpAgo(config_.consumer_group, config_.replies_topic);
         const bool can_wait =
             !row[7].is_null() && std::chrono::milliseconds(row[7].as<std::int64_t>()) < step->StartTimeout();
-        if (can_wait && (!caught_up || *caught_up > overdue)) {
+        if (can_wait && caught_up && *caught_up > overdue) {
             move(std::chrono::milliseconds(500), Hold::kWaitForReplies);
             return true;
         }

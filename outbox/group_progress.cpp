@@ -52,6 +52,7 @@ class GroupProgress::Impl {
 
     void Start() {
         if (thread_.joinable()) return;
+        started_at_ = Clock::now();
         stopping_ = false;
         thread_ = std::thread([this] { Run(); });
     }
@@ -71,9 +72,9 @@ class GroupProgress::Impl {
         if (it == tracks_.end()) return {Read::kUnknown, {}, "group " + group + " is not followed on " + topic};
         const Track& track = it->second;
         if (!track.fetched_at) {
-            return {Read::kUnknown,
+            return {InGrace() ? Read::kNotYet : Read::kUnknown,
                     {},
-                    "the offsets of group " + group + " have not been fetched yet" +
+                    "the offsets of group " + group + " could not be fetched" +
                         (track.last_error.empty() ? "" : " (" + track.last_error + ")")};
         }
         if (!track.any_commit) return {Read::kUnknown, {}, "group " + group + " has committed nothing on " + topic};
@@ -91,13 +92,16 @@ class GroupProgress::Impl {
         const auto it = tracks_.find({group, topic});
         if (it == tracks_.end() || !it->second.caught_up) return std::nullopt;
         const Track& track = it->second;
+        if (!track.fetched_at && !InGrace()) return std::nullopt;
         for (auto w = track.watermarks.rbegin(); w != track.watermarks.rend(); ++w) {
             if (Covers(track.latest, w->second)) return Ago(w->first);
         }
-        return std::nullopt;
+        return std::chrono::milliseconds::max();
     }
 
   private:
+    bool InGrace() const { return Clock::now() - started_at_ < kStartupGrace; }
+
     static bool Covers(const std::vector<std::int64_t>& committed, const std::vector<std::int64_t>& watermarks) {
         if (committed.size() < watermarks.size()) return false;
         for (std::size_t p = 0; p < watermarks.size(); ++p) {
@@ -238,6 +242,7 @@ class GroupProgress::Impl {
     std::string brokers_;
     KafkaProperties properties_;
     std::chrono::milliseconds interval_;
+    Clock::time_point started_at_{};  // set by Start, before the fetch thread exists
     std::atomic<bool> stopping_{false};
     std::thread thread_;
     std::map<std::string, detail::ClientPtr> clients_;  // by group; the fetch thread only

@@ -41,21 +41,27 @@ class GroupProgress {
     void Start();
     void Stop();
 
-    enum class Read { kYes, kNo, kUnknown };
+    // kNotYet: nothing fetched yet in the first kStartupGrace of the follower's life (an engine
+    // that just restarted has not looked yet: ask again shortly). kUnknown: Kafka cannot say.
+    enum class Read { kYes, kNo, kNotYet, kUnknown };
+    static constexpr std::chrono::seconds kStartupGrace{30};
     struct ReadAnswer {
         Read read = Read::kUnknown;
         std::chrono::milliseconds ago{0};  // kYes: first seen committed past the offset this long ago
         std::string why;                   // kUnknown: why not known
     };
-    // Whether `group` has read the record at `offset` of `topic`[`partition`]. kUnknown when the
-    // group is not followed, nothing has been fetched yet, or the group has committed nothing on
-    // the topic at all (not a sagaflow group, or misnamed: nothing to wait for).
+    // Whether `group` has reached the record at `offset` of `topic`[`partition`] (every record
+    // before it applied). kUnknown when the group is not followed, nothing could be fetched within
+    // the startup grace (e.g. no right to read the group's offsets), or the group has committed
+    // nothing on the topic at all (not a sagaflow group, or misnamed: nothing to wait for).
     ReadAnswer CommandRead(const std::string& group,
                            const std::string& topic,
                            std::int32_t partition,
                            std::int64_t offset) const;
     // How long ago the latest moment lies before which every record of `topic` has been read by
-    // `group`; nullopt while that is not known (nothing fetched, or never caught up since).
+    // `group`; milliseconds::max() while it has not caught up with any moment seen (or nothing is
+    // fetched yet, within the startup grace); nullopt when Kafka cannot say (nothing fetched
+    // after the grace, or not followed).
     std::optional<std::chrono::milliseconds> CaughtUpAgo(const std::string& group, const std::string& topic) const;
 
   private:

@@ -88,7 +88,7 @@ TEST_CASE("the documented example sets every key, and sagaflow config prints it 
     CHECK(e.kafka_properties ==
           std::map<std::string, std::string>{{"client.id", "sagaflow"}, {"security.protocol", "plaintext"}});
     CHECK(e.consumer_properties == std::map<std::string, std::string>{{"session.timeout.ms", "10000"}});
-    CHECK(e.instance_id == "engine-1");
+    CHECK(e.instance_id.empty());  // the example leaves it to each replica (a shared one would fence)
     CHECK(e.consumer_group == "sagaflow-engine");
     CHECK(e.static_membership);
     CHECK(e.participant_groups == std::map<std::string, std::string>{{"payment", "sagaflow-participant-payment"}});
