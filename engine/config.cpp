@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -114,6 +115,18 @@ class ConfigReader : public detail::YamlReader {
     std::map<std::string, std::string> KafkaProperties(const YamlFields& fields,
                                                        std::string_view key,
                                                        const std::string& path);
+    // A mapping's entries, the file's (each read by `read`, nullopt when it is refused) and then
+    // the environment's (SAGAFLOW_<SECTION>_<KEY>), each handed to `accept`.
+    using ReadValue =
+        std::function<std::optional<std::string>(const YamlEntry&, const std::string& path, const std::string& name)>;
+    using Accept = std::function<void(const std::string& name, const std::string& value, const YAML::Mark&)>;
+    void Mapping(const YamlFields& fields,
+                 std::string_view key,
+                 const std::string& path,
+                 const std::string& expected,
+                 const std::string& bad_name,
+                 const ReadValue& read,
+                 const Accept& accept);
     // A mapping of plain names to plain strings (`example` shows one entry in the error).
     std::map<std::string, std::string> Names(const YamlFields& fields,
                                              std::string_view key,
@@ -270,50 +283,61 @@ std::optional<std::string> ConfigReader::Secret(const YamlFields& fields,
     return SecretFrom(it->second, Join(path, key));
 }
 
-std::map<std::string, std::string> ConfigReader::KafkaProperties(const YamlFields& fields,
-                                                                 std::string_view key,
-                                                                 const std::string& parent) {
-    std::map<std::string, std::string> out;
-    const std::string path = Join(parent, key);
-    // librdkafka checks each value; it quotes the value in its message: keep a secret out of it.
-    const auto accept = [&](const std::string& name, const std::string& value, const YAML::Mark& mark) {
-        if (auto refused = outbox::KafkaPropertyError(name, value)) {
-            if (IsSecretProperty(name)) {
-                for (std::size_t at = 0; !value.empty() && (at = refused->find(value, at)) != std::string::npos;) {
-                    refused->replace(at, value.size(), "***");
-                }
-            }
-            Error(mark, Join(path, name), "librdkafka refuses it: " + *refused);
-            return;
-        }
-        out[name] = value;
-    };
+void ConfigReader::Mapping(const YamlFields& fields,
+                           std::string_view key,
+                           const std::string& path,
+                           const std::string& expected,
+                           const std::string& bad_name,
+                           const ReadValue& read,
+                           const Accept& accept) {
     const auto it = fields.find(std::string(key));
     if (it != fields.end() && !it->second.value.IsNull() && !it->second.value.IsMap()) {
-        Error(MarkOf(it->second),
-              path,
-              "expected a mapping of librdkafka properties (e.g. security.protocol: SSL), found " +
-                  std::string(detail::KindOfNode(it->second.value)));
+        Error(MarkOf(it->second), path, expected + ", found " + std::string(detail::KindOfNode(it->second.value)));
     } else if (it != fields.end() && it->second.value.IsMap()) {
         for (auto p = it->second.value.begin(); p != it->second.value.end(); ++p) {
             const YamlEntry entry{p->first, p->second};
             if (!p->first.IsScalar()) {
-                Error(p->first.Mark(), path, "a property's name must be a plain name");
+                Error(p->first.Mark(), path, bad_name);
                 continue;
             }
             const std::string name = p->first.Scalar();
             const std::string here = Join(path, name);
             if (from_env_.count(here) != 0) continue;  // the environment's value replaces it
-            std::optional<std::string> value;
-            if (IsSecretProperty(name)) {
-                value = SecretFrom(entry, here);
-            } else if (Scalar(entry, here, "a property value")) {
-                value = p->second.Scalar();
-            }
-            if (value) accept(name, *value, MarkOf(entry));
+            if (const auto value = read(entry, here, name)) accept(name, *value, MarkOf(entry));
         }
     }
     for (const auto& [name, value] : EnvEntries(path)) accept(name, value, YAML::Mark::null_mark());
+}
+
+std::map<std::string, std::string> ConfigReader::KafkaProperties(const YamlFields& fields,
+                                                                 std::string_view key,
+                                                                 const std::string& parent) {
+    std::map<std::string, std::string> out;
+    const std::string path = Join(parent, key);
+    Mapping(
+        fields,
+        key,
+        path,
+        "expected a mapping of librdkafka properties (e.g. security.protocol: SSL)",
+        "a property's name must be a plain name",
+        [&](const YamlEntry& entry, const std::string& here, const std::string& name) -> std::optional<std::string> {
+            if (IsSecretProperty(name)) return SecretFrom(entry, here);
+            if (Scalar(entry, here, "a property value")) return entry.value.Scalar();
+            return std::nullopt;
+        },
+        // librdkafka checks each value; it quotes the value in its message: keep a secret out of it.
+        [&](const std::string& name, const std::string& value, const YAML::Mark& mark) {
+            if (auto refused = outbox::KafkaPropertyError(name, value)) {
+                if (IsSecretProperty(name)) {
+                    for (std::size_t at = 0; !value.empty() && (at = refused->find(value, at)) != std::string::npos;) {
+                        refused->replace(at, value.size(), "***");
+                    }
+                }
+                Error(mark, Join(path, name), "librdkafka refuses it: " + *refused);
+                return;
+            }
+            out[name] = value;
+        });
     return out;
 }
 
@@ -322,25 +346,17 @@ std::map<std::string, std::string> ConfigReader::Names(const YamlFields& fields,
                                                        const std::string& parent,
                                                        const std::string& example) {
     std::map<std::string, std::string> out;
-    const std::string path = Join(parent, key);
-    const auto it = fields.find(std::string(key));
-    if (it != fields.end() && !it->second.value.IsNull() && !it->second.value.IsMap()) {
-        Error(MarkOf(it->second),
-              path,
-              "expected a mapping, e.g. " + example + ", found " + std::string(detail::KindOfNode(it->second.value)));
-    } else if (it != fields.end() && it->second.value.IsMap()) {
-        for (auto p = it->second.value.begin(); p != it->second.value.end(); ++p) {
-            const YamlEntry entry{p->first, p->second};
-            if (!p->first.IsScalar()) {
-                Error(p->first.Mark(), path, "a name must be a plain name");
-                continue;
-            }
-            const std::string here = Join(path, p->first.Scalar());
-            if (from_env_.count(here) != 0) continue;  // the environment's value replaces it
-            if (Scalar(entry, here, "a name")) out[p->first.Scalar()] = p->second.Scalar();
-        }
-    }
-    for (const auto& [name, value] : EnvEntries(path)) out[name] = value;
+    Mapping(
+        fields,
+        key,
+        Join(parent, key),
+        "expected a mapping, e.g. " + example,
+        "a name must be a plain name",
+        [&](const YamlEntry& entry, const std::string& here, const std::string&) -> std::optional<std::string> {
+            if (Scalar(entry, here, "a name")) return entry.value.Scalar();
+            return std::nullopt;
+        },
+        [&](const std::string& name, const std::string& value, const YAML::Mark&) { out[name] = value; });
     return out;
 }
 

@@ -26,26 +26,17 @@ namespace {
 
 // The engine process: short consumer session so a dead instance's partitions move on quickly.
 std::unique_ptr<ChildProcess> SpawnEngine(const Rig& rig, const std::string& yaml, const std::string& instance) {
-    return std::make_unique<ChildProcess>(testing::SagaflowCli(),
-                                          std::vector<std::string>{"run",
-                                                                   "--db",
-                                                                   rig.db.Url(),
-                                                                   "--brokers",
-                                                                   rig.brokers,
-                                                                   "--saga",
-                                                                   yaml,
-                                                                   "--group",
-                                                                   rig.Config().consumer_group,
-                                                                   "--replies-topic",
-                                                                   rig.replies,
-                                                                   "--instance",
-                                                                   instance,
-                                                                   "--static-membership",
-                                                                   "--consumer-property",
-                                                                   "session.timeout.ms=6000",
-                                                                   "--consumer-property",
-                                                                   "log_level=3"},
-                                          "/tmp/sagaflow-" + rig.suffix + "-" + instance + ".log");
+    auto args = rig.RunArgs(yaml);
+    args.insert(args.end(),
+                {"--instance",
+                 instance,
+                 "--static-membership",
+                 "--consumer-property",
+                 "session.timeout.ms=6000",
+                 "--consumer-property",
+                 "log_level=3"});
+    return std::make_unique<ChildProcess>(
+        testing::SagaflowCli(), args, "/tmp/sagaflow-" + rig.suffix + "-" + instance + ".log");
 }
 
 // An engine that only starts sagas (an API front end): no relay, no reply processing.

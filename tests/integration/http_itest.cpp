@@ -678,25 +678,11 @@ TEST_CASE("a flood of connections past the open-files limit: the server keeps ac
         return static_cast<int>(probe.local_endpoint().port());
     }();
     const std::string log = "/tmp/sagaflow-flood-" + rig.suffix + ".log";
-    const auto config = rig.Config();
-    detail::ChildProcess engine{"/bin/sh",
-                                {"-c",
-                                 "ulimit -n 256 && exec \"$0\" \"$@\"",
-                                 testing::SagaflowCli(),
-                                 "run",
-                                 "--db",
-                                 rig.db.Url(),
-                                 "--brokers",
-                                 rig.brokers,
-                                 "--saga",
-                                 yaml,
-                                 "--group",
-                                 config.consumer_group,
-                                 "--replies-topic",
-                                 rig.replies,
-                                 "--http",
-                                 "127.0.0.1:" + std::to_string(port)},
-                                log};
+    std::vector<std::string> args{"-c", "ulimit -n 256 && exec \"$0\" \"$@\"", testing::SagaflowCli()};
+    for (auto& arg : rig.RunArgs(yaml)) args.push_back(std::move(arg));
+    args.push_back("--http");
+    args.push_back("127.0.0.1:" + std::to_string(port));
+    detail::ChildProcess engine{"/bin/sh", args, log};
     const auto healthy = [&](std::chrono::seconds within) {
         return WaitFor(
             [&] {

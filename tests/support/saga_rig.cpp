@@ -83,6 +83,20 @@ EngineConfig Rig::Config() const {
     return config;
 }
 
+std::vector<std::string> Rig::RunArgs(const std::string& yaml) const {
+    return {"run",
+            "--db",
+            db.Url(),
+            "--brokers",
+            brokers,
+            "--saga",
+            yaml,
+            "--group",
+            Config().consumer_group,
+            "--replies-topic",
+            replies};
+}
+
 std::unique_ptr<ScriptedParticipant> Rig::Participant(Script script) const {
     return std::make_unique<ScriptedParticipant>(
         brokers, std::vector<std::string>{pa + ".commands", pb + ".commands"}, replies, std::move(script));

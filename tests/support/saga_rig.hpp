@@ -38,6 +38,8 @@ struct Rig {
     // The YAML in a file (for `sagaflow run --saga`), removed with the rig.
     std::string YamlFile(int version = 1, const std::string& timeout = "2s") const;
     EngineConfig Config() const;
+    // `sagaflow run` arguments for an engine of this rig running `yaml` (append more).
+    std::vector<std::string> RunArgs(const std::string& yaml) const;
     std::unique_ptr<ScriptedParticipant> Participant(Script script) const;
     // Sagas not yet terminal.
     long long Open() const;
