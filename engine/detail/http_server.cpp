@@ -223,6 +223,7 @@ HttpServer::~HttpServer() {
 }
 
 void HttpServer::Start() {
+    if (workers_) throw EngineError("http: Start() called twice. Hint: call Stop() before starting again");
     const auto address = asio::ip::make_address(config_.http.address);
     loopback_ = address.is_loopback();
     if (config_.http.tokens.empty() && !loopback_) {
@@ -246,24 +247,53 @@ void HttpServer::Start() {
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) {
+        boost::system::error_code ignored;
+        acceptor_.close(ignored);
         throw EngineError("cannot listen on " + config_.http.address + ":" + std::to_string(config_.http.port) + ": " +
                           ec.message() + ". Hint: choose another http port, or stop what uses it");
     }
     port_ = acceptor_.local_endpoint().port();
     workers_ = std::make_unique<asio::thread_pool>(static_cast<std::size_t>(std::max(1, config_.http.worker_threads)));
-    asio::post(io_, [this] { Accept(); });
+    asio::post(io_, [this] {
+        open_ = true;
+        Accept();
+    });
     spdlog::info("http: listening on {}:{}", config_.http.address, port_.load());
 }
 
 void HttpServer::Stop() {
     if (!workers_) return;
-    asio::post(io_, [this] {
-        boost::system::error_code ignored;
-        acceptor_.close(ignored);
-        accept_pause_.cancel();
-    });
+    asio::post(io_, [this] { Close(); });
+    // Sessions end within a request's work and one write (bounded by io_timeout) once the gate is
+    // closed; past that the io_context is not running, and what is left ends with it.
+    const auto bound = config_.http.io_timeout + std::chrono::seconds(10);
+    std::unique_lock lock(gate_->mutex);
+    if (!gate_->empty.wait_for(lock, bound, [this] { return gate_->sessions == 0; })) {
+        spdlog::warn(
+            "http: {} connection(s) still open {} s after stop; closing anyway", gate_->sessions, bound.count());
+    }
+    lock.unlock();
     workers_->join();
     workers_.reset();
+    spdlog::info("http: stopped");
+}
+
+void HttpServer::Gate::Leave(tcp::socket* socket) {
+    reading.erase(socket);
+    std::lock_guard lock(mutex);
+    if (--sessions == 0) empty.notify_all();
+}
+
+void HttpServer::Close() {
+    open_ = false;
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    accept_pause_.cancel();
+    // A session waiting for its next request ends now; one with a request in progress answers it
+    // with Connection: close and ends then.
+    for (const auto& [socket, reading] : gate_->reading) {
+        if (reading) socket->cancel(ignored);
+    }
 }
 
 // The connections the process's open-files limit leaves room for: each takes a descriptor, and
@@ -296,8 +326,8 @@ int HttpServer::ConnectionCap(int configured) {
 
 void HttpServer::Accept() {
     acceptor_.async_accept([this](boost::system::error_code accept_error, tcp::socket socket) {
+        if (!open_ || !acceptor_.is_open()) return;  // stopping
         if (accept_error) {
-            if (accept_error == asio::error::operation_aborted || !acceptor_.is_open()) return;  // stopping
             // Out of descriptors (EMFILE, ENFILE), a connection aborted before it was taken, no
             // buffers: none of them ends the server. The connection waits in the backlog; accepting
             // resumes after a pause, so a descriptor shortage does not spin the io thread.
@@ -308,109 +338,126 @@ void HttpServer::Accept() {
             }
             accept_pause_.expires_after(std::chrono::milliseconds(100));
             accept_pause_.async_wait([this](const boost::system::error_code& ec) {
-                if (!ec && acceptor_.is_open()) Accept();
+                if (!ec && open_) Accept();
             });
             return;
         }
-        const bool over_cap = connections_.load() >= connection_cap_;
-        ++connections_;
-        asio::co_spawn(
-            io_,
-            [this, socket = std::move(socket), over_cap]() mutable -> asio::awaitable<void> {
-                beast::tcp_stream stream(std::move(socket));
-                beast::flat_buffer buffer;
-                boost::system::error_code ec;
-                const auto send = [&](Response r, bool keep_alive) -> asio::awaitable<void> {
-                    http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
-                    res.set(http::field::server, "sagaflow");
-                    res.set(http::field::content_type, r.content_type);
-                    for (const auto& [name, value] : r.headers) res.set(name, value);
-                    res.body() = std::move(r.body);
-                    res.keep_alive(keep_alive);
-                    res.prepare_payload();
-                    stream.expires_after(config_.http.io_timeout);
-                    co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
-                };
-                if (over_cap) {
-                    auto r = Problem(503,
-                                     "too-many-connections",
-                                     "Too many connections",
-                                     "the server holds its connection limit; retry shortly");
-                    r.headers.emplace_back("Retry-After", "1");
-                    co_await send(std::move(r), false);
-                } else {
-                    for (;;) {
-                        http::request_parser<http::string_body> parser;
-                        parser.body_limit(config_.http.max_body_bytes);
-                        parser.header_limit(static_cast<std::uint32_t>(config_.http.max_header_bytes));
-                        stream.expires_after(config_.http.io_timeout);
-                        co_await http::async_read(
-                            stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
-                        if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
-                            ec == asio::error::connection_reset || ec == asio::error::eof) {
-                            break;
-                        }
-                        if (ec) {
-                            // Bad input gets an answer naming the cause, then the connection closes.
-                            if (ec == http::error::body_limit) {
-                                co_await send(Problem(413,
-                                                      "body-too-large",
-                                                      "Request body too large",
-                                                      "the body exceeds " +
-                                                          std::to_string(config_.http.max_body_bytes) + " bytes"),
-                                              false);
-                            } else if (ec == http::error::header_limit) {
-                                co_await send(Problem(431,
-                                                      "headers-too-large",
-                                                      "Request headers too large",
-                                                      "the headers exceed " +
-                                                          std::to_string(config_.http.max_header_bytes) + " bytes"),
-                                              false);
-                            } else {
-                                co_await send(Problem(400, "malformed-request", "Malformed HTTP request", ec.message()),
-                                              false);
-                            }
-                            break;
-                        }
-                        auto request = std::make_shared<Request>();
-                        request->message = parser.release();
-                        const std::string target(request->message.target());
-                        const auto q = target.find('?');
-                        request->path = target.substr(0, q);
-                        if (q != std::string::npos) {
-                            std::istringstream in(target.substr(q + 1));
-                            std::string pair;
-                            while (std::getline(in, pair, '&')) {
-                                const auto eq = pair.find('=');
-                                if (eq != std::string::npos) request->query[pair.substr(0, eq)] = pair.substr(eq + 1);
-                            }
-                        }
-                        const bool keep_alive = request->message.keep_alive();
-                        // The request's database work runs on a worker thread, and this coroutine
-                        // resumes here, on the io thread, with the answer. (A `co_await
-                        // asio::post(*workers_, use_awaitable)` does not move a coroutine: its
-                        // handler resumes on the coroutine's own executor, so every request ran on
-                        // the io thread, one at a time, and one waiting on a lock held up the rest.)
-                        Response response = co_await asio::co_spawn(
-                            *workers_,
-                            [&]() -> asio::awaitable<Response> {
-                                try {
-                                    co_return Handle(*request);
-                                } catch (const std::exception& e) {
-                                    co_return Failed(std::string(request->message.method_string()), target, e);
-                                }
-                            },
-                            asio::use_awaitable);
-                        co_await send(std::move(response), keep_alive);
-                        if (ec || !keep_alive) break;
-                    }
-                }
-                stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-                --connections_;
-            },
-            asio::detached);
+        bool over_cap = false;
+        {
+            std::lock_guard lock(gate_->mutex);
+            over_cap = gate_->sessions >= connection_cap_;
+            ++gate_->sessions;
+        }
+        asio::co_spawn(io_, Serve(std::move(socket), over_cap), asio::detached);
         Accept();
     });
+}
+
+namespace {
+
+// The request's path and query from its target.
+void SplitTarget(HttpServer::Request& request, const std::string& target) {
+    const auto q = target.find('?');
+    request.path = target.substr(0, q);
+    if (q == std::string::npos) return;
+    std::istringstream in(target.substr(q + 1));
+    std::string pair;
+    while (std::getline(in, pair, '&')) {
+        const auto eq = pair.find('=');
+        if (eq != std::string::npos) request.query[pair.substr(0, eq)] = pair.substr(eq + 1);
+    }
+}
+
+// The answer to a request the parser refused; the connection closes after it.
+Response Unreadable(const boost::system::error_code& ec, const HttpConfig& config) {
+    if (ec == http::error::body_limit) {
+        return Problem(413,
+                       "body-too-large",
+                       "Request body too large",
+                       fmt::format("the body exceeds {} bytes", config.max_body_bytes));
+    }
+    if (ec == http::error::header_limit) {
+        return Problem(431,
+                       "headers-too-large",
+                       "Request headers too large",
+                       fmt::format("the headers exceed {} bytes", config.max_header_bytes));
+    }
+    return Problem(400, "malformed-request", "Malformed HTTP request", ec.message());
+}
+
+}  // namespace
+
+asio::awaitable<void> HttpServer::Serve(tcp::socket socket, bool over_cap) {
+    beast::tcp_stream stream(std::move(socket));
+    auto* const key = &stream.socket();
+    struct Member {
+        std::shared_ptr<Gate> gate;
+        tcp::socket* key;
+        ~Member() { gate->Leave(key); }
+    } member{gate_, key};
+    bool& reading = gate_->reading[key];
+    beast::flat_buffer buffer;
+    boost::system::error_code ec;
+    const auto send = [&](Response r, bool keep_alive) -> asio::awaitable<void> {
+        http::response<http::string_body> res{static_cast<http::status>(r.status), 11};
+        res.set(http::field::server, "sagaflow");
+        res.set(http::field::content_type, r.content_type);
+        for (const auto& [name, value] : r.headers) res.set(name, value);
+        res.body() = std::move(r.body);
+        res.keep_alive(keep_alive);
+        res.prepare_payload();
+        stream.expires_after(config_.http.io_timeout);
+        co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+    };
+    if (over_cap) {
+        auto r = Problem(503,
+                         "too-many-connections",
+                         "Too many connections",
+                         "the server holds its connection limit; retry shortly");
+        r.headers.emplace_back("Retry-After", "1");
+        co_await send(std::move(r), false);
+    }
+    // Each request must arrive whole, headers and body, within io_timeout of the previous answer
+    // (or of the connection): an idle or trickling client is cut off without holding a worker.
+    while (!over_cap && open_) {
+        http::request_parser<http::string_body> parser;
+        parser.body_limit(config_.http.max_body_bytes);
+        parser.header_limit(static_cast<std::uint32_t>(config_.http.max_header_bytes));
+        stream.expires_after(config_.http.io_timeout);
+        reading = true;
+        co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+        reading = false;
+        if (!open_ || ec == http::error::end_of_stream || ec == beast::error::timeout ||
+            ec == asio::error::connection_reset || ec == asio::error::eof || ec == asio::error::operation_aborted) {
+            break;
+        }
+        if (ec) {  // bad input gets an answer naming the cause, then the connection closes
+            co_await send(Unreadable(ec, config_.http), false);
+            break;
+        }
+        auto request = std::make_shared<Request>();
+        request->message = parser.release();
+        const std::string target(request->message.target());
+        SplitTarget(*request, target);
+        // The request's database work runs on a worker thread, and this coroutine resumes here,
+        // on the io thread, with the answer. (`co_await asio::post(*workers_, use_awaitable)`
+        // would not move it: its handler resumes on the coroutine's own executor.) Stop() waits
+        // for this session before it resets the workers.
+        Response response = co_await asio::co_spawn(
+            *workers_,
+            [&]() -> asio::awaitable<Response> {
+                try {
+                    co_return Handle(*request);
+                } catch (const std::exception& e) {
+                    co_return Failed(std::string(request->message.method_string()), target, e);
+                }
+            },
+            asio::use_awaitable);
+        const bool keep_alive = request->message.keep_alive() && open_;
+        co_await send(std::move(response), keep_alive);
+        if (ec || !keep_alive) break;
+    }
+    stream.socket().shutdown(tcp::socket::shutdown_send, ec);
 }
 
 HttpServer::Response HttpServer::Handle(const Request& request) {
@@ -804,17 +851,24 @@ HttpServer::Response HttpServer::Ready() {
     } catch (const std::exception&) {
         database = false;
     }
-    bool kafka = false;
-    {
-        std::lock_guard lock(ready_mutex_);
-        if (std::chrono::steady_clock::now() - kafka_checked_ > std::chrono::seconds(5)) {
+    // The brokers are probed at most every 5 s, by one request at a time (a probe of unreachable
+    // brokers takes its 2 s timeout); the others answer the last result at once, "unknown" before
+    // the first probe has ended.
+    const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+    const auto checked = kafka_checked_ns_.load();
+    if (checked == 0 || now - checked > std::chrono::steady_clock::duration(std::chrono::seconds(5)).count()) {
+        bool expected = false;
+        if (probing_.compare_exchange_strong(expected, true)) {
             kafka_ok_ = outbox::BrokersReachableBlocking(
                 config_.kafka_brokers, config_.kafka_properties, std::chrono::milliseconds(2000));
-            kafka_checked_ = std::chrono::steady_clock::now();
+            kafka_checked_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
+            probing_ = false;
         }
-        kafka = kafka_ok_;
     }
-    const nlohmann::json body{{"postgresql", database ? "up" : "down"}, {"kafka", kafka ? "up" : "down"}};
+    const bool known = kafka_checked_ns_.load() != 0;
+    const bool kafka = known && kafka_ok_.load();
+    const nlohmann::json body{{"postgresql", database ? "up" : "down"},
+                              {"kafka", kafka ? "up" : (known ? "down" : "unknown")}};
     if (database && kafka) return Json(200, body);
     return Problem(503, "not-ready", "Not ready", "a dependency does not answer", {{"checks", body}});
 }

@@ -1,7 +1,9 @@
 // The HTTP API through a real HTTP client: the Idempotency-Key protocol, the saga endpoints,
 // operator endpoints, metrics and health, authentication, and malformed requests.
 #include <doctest/doctest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <array>
 #include <boost/asio/connect.hpp>
@@ -665,6 +667,167 @@ TEST_CASE("pipelined requests on one connection are all answered, in order") {
         statuses.push_back(answers.substr(at + 9, 3));
     }
     CHECK(statuses == std::vector<std::string>{"201", "404", "201", "200"});
+}
+
+namespace {
+
+// What the server writes on `socket` until it closes it, or until `within` has passed (then
+// `closed` is false): never blocks longer, whatever the server does.
+struct Drained {
+    std::string bytes;
+    bool closed = false;
+};
+Drained ReadUntilClosed(boost::asio::ip::tcp::socket& socket, std::chrono::milliseconds within) {
+    Drained out;
+    const auto until = std::chrono::steady_clock::now() + within;
+    for (;;) {
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+        if (left.count() <= 0) return out;
+        pollfd fd{socket.native_handle(), POLLIN, 0};
+        if (::poll(&fd, 1, static_cast<int>(left.count())) <= 0) continue;
+        std::array<char, 4096> buffer{};
+        const auto n = ::recv(socket.native_handle(), buffer.data(), buffer.size(), 0);
+        if (n <= 0) {
+            out.closed = true;
+            return out;
+        }
+        out.bytes.append(buffer.data(), static_cast<std::size_t>(n));
+    }
+}
+
+boost::asio::ip::tcp::socket Open(boost::asio::io_context& io, int port) {
+    boost::asio::ip::tcp::socket socket{io};
+    socket.connect({boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
+    return socket;
+}
+
+}  // namespace
+
+TEST_CASE("stop closes idle connections, answers the request in progress, and a second start serves again") {
+    Rig rig;
+    auto config = rig.Config();
+    config.http.enabled = true;
+    config.http.port = 0;
+    config.http.io_timeout = std::chrono::seconds(60);  // only the stop can end the idle connections below
+    auto engine = std::make_unique<Engine>(config);
+    engine->RegisterDefinition(rig.Yaml(1, "Notify.v1", "2s"), "itest.yaml");
+    engine->Start();
+    const int port = engine->HttpPort();
+    namespace asio = boost::asio;
+    asio::io_context io;
+    // An idle connection that has sent nothing, and one after a keep-alive answer.
+    auto idle = Open(io, port);
+    auto kept = Open(io, port);
+    asio::write(kept, asio::buffer(std::string("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")));
+    const auto first = ReadUntilClosed(kept, std::chrono::milliseconds(500));
+    REQUIRE(first.bytes.rfind("HTTP/1.1 200", 0) == 0);
+    REQUIRE_FALSE(first.closed);
+    // A start waits in the database (the definition row is held, as above) while the server stops.
+    std::future<void> stopped;
+    pqxx::connection holder{rig.db.Url()};
+    pqxx::work hold{holder};
+    hold.exec("SELECT 1 FROM saga_definition FOR UPDATE");
+    auto busy = Open(io, port);
+    const std::string body = R"({"item": "s", "mode": ""})";
+    asio::write(busy,
+                asio::buffer("POST /v1/sagas/itest-saga HTTP/1.1\r\nHost: x\r\nIdempotency-Key: stopping\r\n"
+                             "Content-Type: application/json\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n" + body));
+    REQUIRE(WaitFor(
+        [&] {
+            return Count(rig.db.Url(),
+                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+                         "'%INSERT INTO saga_instance%'") == 1;
+        },
+        std::chrono::seconds(10)));
+    stopped = std::async(std::launch::async, [&] { engine->Stop(); });
+    // The idle connections are closed at once; Stop waits for the request in progress.
+    CHECK(ReadUntilClosed(idle, std::chrono::seconds(5)).closed);
+    const auto after = ReadUntilClosed(kept, std::chrono::seconds(5));
+    CHECK(after.closed);
+    CHECK(after.bytes.empty());
+    CHECK(stopped.wait_for(std::chrono::milliseconds(300)) == std::future_status::timeout);
+    hold.abort();
+    const auto answered = ReadUntilClosed(busy, std::chrono::seconds(10));
+    INFO(answered.bytes);
+    CHECK(answered.closed);
+    CHECK(answered.bytes.rfind("HTTP/1.1 201", 0) == 0);
+    CHECK(answered.bytes.find("Connection: close") != std::string::npos);
+    REQUIRE(stopped.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    stopped.get();
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_instance") == 1);
+    // Started again (a new port: port 0), it serves, and the stored answer is replayed.
+    engine->Start();
+    const int again = engine->HttpPort();
+    REQUIRE(again > 0);
+    CHECK(HttpRequest(again, "GET", "/healthz").status == 200);
+    const auto replayed = Post(again, "stopping", body);
+    CHECK(replayed.status == 201);
+    CHECK(replayed.Header("idempotent-replayed") == "true");
+}
+
+TEST_CASE("readiness: while one request probes unreachable brokers, the others answer at once") {
+    Rig rig;
+    auto config = rig.Config();
+    config.http.enabled = true;
+    config.http.port = 0;
+    config.process_sagas = false;  // an API-only replica: nothing but /readyz talks to the brokers
+    config.run_relay = false;
+    config.create_topics = false;
+    config.kafka_brokers = [] {  // a port nobody listens on
+        boost::asio::io_context io;
+        boost::asio::ip::tcp::acceptor probe{io, {boost::asio::ip::make_address("127.0.0.1"), 0}};
+        return "127.0.0.1:" + std::to_string(probe.local_endpoint().port());
+    }();
+    Engine engine{config};
+    engine.Start();
+    const int port = engine.HttpPort();
+    auto probing = std::async(std::launch::async, [port] { return HttpRequest(port, "GET", "/readyz"); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the probe takes its 2 s timeout
+    // A second caller does not queue behind the probe: it answers what is known (nothing yet).
+    auto other = std::async(std::launch::async, [port] { return HttpRequest(port, "GET", "/readyz"); });
+    REQUIRE(other.wait_for(std::chrono::seconds(1)) == std::future_status::ready);
+    const auto at_once = other.get();
+    CHECK(probing.wait_for(std::chrono::milliseconds(0)) == std::future_status::timeout);
+    CHECK(at_once.status == 503);
+    CHECK(at_once.Json()["checks"]["kafka"] == "unknown");
+    CHECK(at_once.Json()["checks"]["postgresql"] == "up");
+    const auto probed = probing.get();
+    CHECK(probed.status == 503);
+    CHECK(probed.Json()["checks"]["kafka"] == "down");
+    // Within 5 s of the probe, callers get its result without probing again.
+    const auto cached = HttpRequest(port, "GET", "/readyz");
+    CHECK(cached.Json()["checks"]["kafka"] == "down");
+}
+
+TEST_CASE("a client trickling its body is cut off at the request deadline; others are served meanwhile") {
+    Rig rig;
+    auto engine = HttpEngine(rig);  // io_timeout 3 s
+    const int port = engine->HttpPort();
+    namespace asio = boost::asio;
+    asio::io_context io;
+    auto slow = Open(io, port);
+    asio::write(slow,
+                asio::buffer(std::string("POST /v1/sagas/itest-saga HTTP/1.1\r\nHost: x\r\nIdempotency-Key: slow\r\n"
+                                         "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")));
+    // One byte every 200 ms keeps every single read short of the deadline; the request as a whole
+    // is not.
+    const auto started = std::chrono::steady_clock::now();
+    bool cut = false;
+    while (!cut && std::chrono::steady_clock::now() - started < std::chrono::seconds(15)) {
+        boost::system::error_code ec;
+        asio::write(slow, asio::buffer(std::string(" ")), ec);
+        cut = ec.failed() || ReadUntilClosed(slow, std::chrono::milliseconds(200)).closed;
+        if (std::chrono::steady_clock::now() - started > std::chrono::seconds(1)) {
+            CHECK(HttpRequest(port, "GET", "/healthz").status == 200);
+        }
+    }
+    const auto waited = std::chrono::steady_clock::now() - started;
+    CHECK(cut);
+    CHECK(waited >= std::chrono::milliseconds(2500));
+    CHECK(waited < std::chrono::seconds(8));
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_instance") == 0);
 }
 
 TEST_CASE("a flood of connections past the open-files limit: the server keeps accepting afterwards") {
