@@ -23,6 +23,7 @@
 #include "engine/detail/http_server.hpp"
 #include "engine/detail/runtime.hpp"
 #include "engine/detail/saga_store.hpp"
+#include "engine/detail/timer_loop.hpp"
 #include "engine/detail/yaml_reader.hpp"
 #include "engine/retention.hpp"
 #include "outbox/admin.hpp"
@@ -93,7 +94,7 @@ struct Counters {
 
 class Engine::Impl {
   public:
-    Impl(EngineConfig config, Engine& owner) : config_(std::move(config)), owner_(owner), timer_(io_) {
+    Impl(EngineConfig config, Engine& owner) : config_(std::move(config)), owner_(owner) {
         if (config_.database_url.empty()) {
             throw EngineError(
                 "no database URL. Hint: set EngineConfig::database_url (configuration file: db.url; sagaflow "
@@ -297,8 +298,7 @@ class Engine::Impl {
             io_thread_ = std::thread([this] { io_.run(); });
         }
         if (config_.process_sagas) {
-            timers_running_ = true;
-            asio::post(io_, [this] { Arm(std::chrono::milliseconds(0)); });
+            timers_.Start(*parts_.pool);
         }
         // The inbox of replies and the HTTP idempotency records, whichever this engine has.
         // With a history retention, the same daily pass deletes the finished sagas past it.
@@ -324,15 +324,12 @@ class Engine::Impl {
         parts_.BeginStop();
         // Reverse order of Start: http, timers, then (parts_.Stop) sweeper, consumer, relay, pool.
         if (http_) http_->Stop();
-        timers_running_ = false;
         if (io_thread_.joinable()) {
             io_.stop();
             io_thread_.join();
             work_.reset();
-            armed_ = scanning_ = false;
-            rescan_at_.reset();
         }
-        if (scan_.valid()) scan_.wait();  // the io thread is gone: nothing starts another scan
+        timers_.Stop();  // waits for the scan in flight
         http_.reset();
         if (progress_) progress_->Stop();
         parts_.Stop();
@@ -797,59 +794,11 @@ class Engine::Impl {
     }
 
     // --- durable timers ----------------------------------------------------------------------------
-    // The io thread owns the steady_timer; the database work of a scan runs on the pool, which posts
-    // the time of the next due timer back to the io thread.
+    // detail::TimerLoop wakes ScanBlocking at the next due time, one scan at a time, on the pool.
 
     void Poke(std::optional<std::chrono::milliseconds> delay) {
-        if (!delay || !timers_running_.load()) return;
         // Called after the commit that set the timer (Apply, Committed, ...): the scan sees it.
-        const auto when = *delay;
-        asio::post(io_, [this, when] { Arm(when); });
-    }
-
-    void Arm(std::chrono::milliseconds delay) {  // io thread
-        const auto when = std::chrono::steady_clock::now() + std::min(delay, config_.timer_max_sleep);
-        if (scanning_) {
-            rescan_at_ = std::min(rescan_at_.value_or(when), when);
-            return;
-        }
-        if (armed_ && timer_.expiry() <= when) return;
-        armed_ = true;
-        timer_.expires_at(when);
-        timer_.async_wait([this](const boost::system::error_code& ec) {
-            if (ec) return;  // cancelled: re-armed earlier, or stopping
-            armed_ = false;
-            Scan();
-        });
-    }
-
-    void Scan() {  // io thread: hands the work to the pool
-        scanning_ = true;
-        scan_ = parts_.pool->Submit([this](pqxx::connection& conn) {
-            std::chrono::milliseconds next = config_.timer_max_sleep;
-            try {
-                next = ScanBlocking(conn);
-            } catch (...) {
-                // The pool reconnects and runs the scan again, or gives up: either way the timers
-                // look again after timer_max_sleep.
-                asio::post(io_, [this] {
-                    scanning_ = false;
-                    Arm(config_.timer_max_sleep);
-                });
-                throw;
-            }
-            asio::post(io_, [this, next] {
-                scanning_ = false;
-                auto delay = next;
-                if (rescan_at_) {
-                    const auto until = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        *rescan_at_ - std::chrono::steady_clock::now());
-                    delay = std::min(delay, std::max(until, std::chrono::milliseconds(0)));
-                    rescan_at_.reset();
-                }
-                Arm(delay);
-            });
-        });
+        if (delay) timers_.Poke(*delay);
     }
 
     // Fires every due timer, each in a transaction of its own under the saga's row lock (skipping a
@@ -870,7 +819,7 @@ class Engine::Impl {
             pqxx::read_transaction tx{conn};
             return detail::NextTimer(tx).value_or(config_.timer_max_sleep);
         } catch (const pqxx::broken_connection&) {
-            throw;  // the pool reconnects and runs the scan again
+            throw;  // the timer loop logs it; the pool reconnects for the next scan
         } catch (const std::exception& e) {
             if (const auto unlogged = timer_failures_.Due()) {
                 spdlog::warn("engine {}: timer scan failed, retrying every {} ms: {}{}",
@@ -1087,14 +1036,11 @@ class Engine::Impl {
 
     asio::io_context io_;
     std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-    asio::steady_timer timer_;
     std::thread io_thread_;
-    std::future<void> scan_;  // written on the io thread; waited for in Stop after the io thread ended
-    bool armed_ = false;      // io thread
-    bool scanning_ = false;   // io thread
-    std::optional<std::chrono::steady_clock::time_point> rescan_at_;  // io thread
-    std::unique_ptr<detail::HttpServer> http_;                        // after io_: destroyed before it
-    std::atomic<bool> timers_running_{false};
+    // After io_: destroyed before it. Poked from the consumer's threads, so it lives as long as this.
+    detail::TimerLoop timers_{
+        io_, config_.timer_max_sleep, [this](pqxx::connection& conn) { return ScanBlocking(conn); }};
+    std::unique_ptr<detail::HttpServer> http_;  // after io_: destroyed before it
     std::atomic<bool> started_{false};
 };
 

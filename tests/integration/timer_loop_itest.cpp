@@ -1,0 +1,60 @@
+// The engine's durable-timer loop on a real pool and PostgreSQL: one scan at a time, whatever
+// happens to a scan's connection.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <pqxx/pqxx>
+#include <thread>
+
+#include "engine/detail/timer_loop.hpp"
+#include "store/pool.hpp"
+#include "tests/support/services.hpp"
+
+using namespace std::chrono_literals;
+using sagaflow::testing::ScratchDatabase;
+
+TEST_CASE("timer scans never overlap: a scan whose connection breaks is not run again beside the next one") {
+    ScratchDatabase db;
+    sagaflow::store::ConnectionPool pool{{.url = db.Url(), .size = 2, .on_connect = {}, .on_disconnect = {}}};
+    boost::asio::io_context io;
+    auto work = boost::asio::make_work_guard(io);
+    std::thread io_thread([&] { io.run(); });
+
+    std::atomic<int> calls{0}, in_flight{0}, most{0};
+    sagaflow::detail::TimerLoop timers{
+        io, 1000ms, [&](pqxx::connection& conn) {
+            const int call = ++calls;
+            const int now = ++in_flight;
+            for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+            }
+            struct Leave {
+                std::atomic<int>& in_flight;
+                ~Leave() { --in_flight; }
+            } leave{in_flight};
+            if (call == 1) {
+                // The connection is killed from outside in the middle of the scan.
+                const auto pid = pqxx::nontransaction{conn}.exec1("SELECT pg_backend_pid()")[0].as<int>();
+                pqxx::connection admin{db.Url()};
+                pqxx::nontransaction{admin}.exec("SELECT pg_terminate_backend(" + std::to_string(pid) + ")");
+                pqxx::nontransaction{conn}.exec("SELECT 1");  // throws: the connection is gone
+            }
+            std::this_thread::sleep_for(300ms);  // a long scan
+            return std::chrono::milliseconds(10s);
+        }};
+    timers.Start(pool);
+    // Pokes (commits that set a sooner timer) arrive all the while, during scans too.
+    for (int i = 0; i < 100; ++i) {
+        timers.Poke(0ms);
+        std::this_thread::sleep_for(20ms);
+    }
+    work.reset();
+    io.stop();
+    io_thread.join();
+    timers.Stop();
+    pool.Stop();
+    MESSAGE("scans: " << calls.load() << ", most at once: " << most.load());
+    CHECK(calls.load() >= 3);  // scanning went on after the broken one, poked
+    CHECK(most.load() == 1);
+}
