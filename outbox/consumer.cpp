@@ -86,9 +86,14 @@ class Consumer::Impl {
                         StoreOffsets(batch);
                         EndStall();
                     } catch (const std::exception& e) {
-                        // Nothing of this batch is committed to Kafka: rewind and read it again.
-                        Rewind(batch);
-                        if (store::IsTransientDatabaseError(e)) {
+                        // Nothing of this batch is committed to Kafka: rewind and read it again. A
+                        // client that cannot rewind would go on after the batch, and the offsets
+                        // of the next ones would commit past it: it is replaced instead, and the
+                        // new one reads from the committed offsets, which this batch never moved.
+                        if (const auto failure = Rewind(batch); !failure.empty()) {
+                            fatal_ = "cannot seek back to a batch that failed (" + failure +
+                                     "; the batch failed: " + e.what() + ")";
+                        } else if (store::IsTransientDatabaseError(e)) {
                             Stall(e);
                         } else {
                             spdlog::warn(
@@ -96,15 +101,15 @@ class Consumer::Impl {
                             std::this_thread::sleep_for(std::chrono::milliseconds(500));
                         }
                     }
-                    continue;
+                    if (fatal_.empty()) continue;
                 }
             }
             // The client is unusable (a fatal error, e.g. a static member fenced by its own
-            // abandoned JoinGroup after a coordinator stall, or no subscription): librdkafka never
-            // consumes with it again, so replace it. What it had polled is not applied; the new
-            // client reads it again from the committed offsets, and the inbox drops what was applied.
-            // Fatal errors in a row back off (a second process with the same group.instance.id
-            // would fence this one each time: that is a deployment error, logged as such).
+            // abandoned JoinGroup after a coordinator stall; no subscription; a failed rewind):
+            // librdkafka never consumes with it again, or it would skip records, so replace it. What it had polled is
+            // not applied; the new client reads it again from the committed offsets, and the inbox drops what was
+            // applied. Fatal errors in a row back off (a second process with the same group.instance.id would fence
+            // this one each time: that is a deployment error, logged as such).
             const auto now = std::chrono::steady_clock::now();
             backoff = now - last_restart < std::chrono::minutes(1) ? std::min(backoff * 2, kMaxRestartDelay)
                                                                    : kFirstRestartDelay;
@@ -448,12 +453,36 @@ class Consumer::Impl {
         }
     }
 
-    void Rewind(const std::vector<Record>& batch) {
+    // Seeks each partition of the batch back to its first record; what failed, or empty. A
+    // partition no longer assigned (revoked while the batch was read) is no failure: its next
+    // owner reads it from the committed offset, which this batch never moved.
+    std::string Rewind(const std::vector<Record>& batch) {
         const auto list = BatchOffsets(batch, Edge::kFirst);
+        if (store::TestFault("rewind")) return "test fault";
         if (rd_kafka_error_t* error = rd_kafka_seek_partitions(consumer_.get(), list.get(), 5000)) {
-            spdlog::warn("consumer {}: rewind failed: {}", options_.group_id, rd_kafka_error_string(error));
+            std::string text = rd_kafka_error_string(error);
             rd_kafka_error_destroy(error);
+            return text;
         }
+        rd_kafka_topic_partition_list_t* raw = nullptr;
+        if (const auto err = rd_kafka_assignment(consumer_.get(), &raw); err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            return "cannot read the assignment: " + detail::ErrorText(err);
+        }
+        const detail::TopicPartitionListPtr assigned{raw};
+        std::string failed;
+        for (int i = 0; i < list->cnt; ++i) {
+            const auto& sought = list->elems[i];
+            if (sought.err == RD_KAFKA_RESP_ERR_NO_ERROR ||
+                rd_kafka_topic_partition_list_find(assigned.get(), sought.topic, sought.partition) == nullptr) {
+                continue;
+            }
+            failed += fmt::format("{}{}[{}]: {}",
+                                  failed.empty() ? "" : ", ",
+                                  sought.topic,
+                                  sought.partition,
+                                  detail::ErrorText(sought.err));
+        }
+        return failed;
     }
 
     // Called from the poll, between batches. With the cooperative protocol only the partitions that

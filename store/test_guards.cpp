@@ -43,4 +43,23 @@ bool GuardDisabled(std::string_view guard) {
 #endif
 }
 
+bool TestFault(std::string_view fault) {
+#ifndef SAGAFLOW_TEST_SWITCHES
+    static_cast<void>(fault);
+    return false;
+#else
+    const char* env = std::getenv("SAGAFLOW_TEST_FAULT");
+    if (env == nullptr) return false;
+    std::istringstream in(env);
+    std::string name;
+    while (std::getline(in, name, ',')) {
+        if (name == fault) {
+            spdlog::warn("TEST ONLY: injecting fault '{}' (SAGAFLOW_TEST_FAULT)", name);
+            return true;
+        }
+    }
+    return false;
+#endif
+}
+
 }  // namespace sagaflow::store

@@ -1,5 +1,6 @@
 #pragma once
-// Test-only switches that disable one guard, to prove the audit catches its absence (issue 9).
+// Test-only switches that disable one guard, to prove the audit catches its absence, or inject a
+// fault that a test cannot cause from outside.
 // SAGAFLOW_TEST_DISABLE_GUARD=inbox,dispatch-dedup,anti-hanging,payment-unique disables those;
 // unset (always, in production) disables nothing. A process with a disabled guard says so loudly.
 // Compiled in only with the CMake option SAGAFLOW_TEST_SWITCHES (the dev, asan and tsan presets);
@@ -11,5 +12,10 @@ namespace sagaflow::store {
 
 // True when `guard` is listed in SAGAFLOW_TEST_DISABLE_GUARD (read once per process).
 bool GuardDisabled(std::string_view guard);
+
+// True when `fault` is listed in SAGAFLOW_TEST_FAULT (read at each call: a test sets it around the
+// part it breaks). Faults that cannot be caused from outside the process: `rewind` (the consumer's
+// seek back to a failed batch reports failure without seeking).
+bool TestFault(std::string_view fault);
 
 }  // namespace sagaflow::store

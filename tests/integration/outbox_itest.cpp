@@ -519,6 +519,47 @@ TEST_CASE("a consumer fenced out of its group (static membership) replaces its K
     CHECK(Count(url, "SELECT count(*) FROM effect WHERE applied = 1") == 25);
 }
 
+TEST_CASE("a batch that fails and cannot be rewound is read again by a new client, not skipped") {
+    // The seek back to a failed batch is local to librdkafka (no broker request, so no broker
+    // fault can fail it): the test switch makes it report failure without seeking, as a seek
+    // that failed would leave the client positioned after the batch.
+    ConsumerSetup setup{"itest-rewind"};
+    using namespace outbox::detail;
+    auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", setup.brokers}}));
+    const auto produce = [&](int count) {
+        for (int i = 0; i < count; ++i) {
+            auto event = TestEvent({{"n", i}});
+            event.id = outbox::NewUuidV7();
+            REQUIRE(
+                Produce(
+                    producer.get(), setup.topic, "key-" + std::to_string(i), event.ToJson().dump(), nullptr, nullptr) ==
+                0);
+        }
+        REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    };
+    std::atomic<int> calls{0};
+    outbox::Consumer consumer{*setup.pool, setup.options, [&](pqxx::work& tx, const outbox::InboundEvent& in) {
+                                  // The first batch fails as a database that cannot take work does.
+                                  if (++calls == 1)
+                                      throw pqxx::serialization_failure("injected: the first batch fails");
+                                  ApplyEffect(tx, in);
+                              }};
+    produce(10);
+    ::setenv("SAGAFLOW_TEST_FAULT", "rewind", 1);
+    consumer.Start();
+    REQUIRE(WaitFor([&] { return calls.load() >= 1; }, std::chrono::seconds(60)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the rewind has been tried
+    ::unsetenv("SAGAFLOW_TEST_FAULT");
+    produce(10);  // later batches: their offsets must not commit past the failed one
+    const auto& m = consumer.Metrics();
+    CHECK(
+        WaitFor([&] { return Count(setup.db.Url(), "SELECT count(*) FROM effect") == 20; }, std::chrono::seconds(60)));
+    consumer.Stop();
+    CHECK(Count(setup.db.Url(), "SELECT count(*) FROM effect") == 20);
+    CHECK(Count(setup.db.Url(), "SELECT count(*) FROM effect WHERE applied <> 1") == 0);
+    CHECK(m.restarts.load() >= 1);
+}
+
 TEST_CASE("the relay killed with SIGKILL 20 times: every row is published, duplicates keep their id, effects once") {
     const char* cli = std::getenv("SAGAFLOW_CLI");
     REQUIRE_MESSAGE(cli != nullptr, "SAGAFLOW_CLI is not set: run this test through ctest");
