@@ -1,6 +1,6 @@
-// Whether SAGAFLOW_TEST_DISABLE_GUARD and SAGAFLOW_TEST_FAULT take effect in a build of store/test_guards.cpp: exits 0 when
-// the answer is the expected one (argv[1]: "ignored" for a build without SAGAFLOW_TEST_SWITCHES, as
-// every release build; "honoured" for one with it), 1 otherwise.
+// Whether SAGAFLOW_TEST_DISABLE_GUARD and SAGAFLOW_TEST_FAULT take effect in a build of store/test_guards.cpp: exits 0
+// when the answer is the expected one (argv[1]: "ignored" for a build without SAGAFLOW_TEST_SWITCHES, as every release
+// build; "honoured" for one with it), 1 otherwise.
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
