@@ -387,6 +387,13 @@ Response Unreadable(const boost::system::error_code& ec, const HttpConfig& confi
 
 }  // namespace
 
+// GCC 12 at -O2 reports asio's coroutine frame, allocated by its own operator new and freed by its
+// own operator delete, as a mismatched pair once the frame's allocation is inlined here (a false
+// positive of -Wmismatched-new-delete on every awaitable member function).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 asio::awaitable<void> HttpServer::Serve(tcp::socket socket, bool over_cap) {
     beast::tcp_stream stream(std::move(socket));
     auto* const key = &stream.socket();
@@ -459,6 +466,10 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket, bool over_cap) {
     }
     stream.socket().shutdown(tcp::socket::shutdown_send, ec);
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 HttpServer::Response HttpServer::Handle(const Request& request) {
     const auto& m = request.message;
