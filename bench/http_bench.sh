@@ -19,7 +19,7 @@ while [[ $# -gt 0 ]]; do
 done
 port=$(sf_free_port)
 log=$(mktemp)
-"$root/build/release/engine/cli/sagaflow" run --db "$url" --brokers "$brokers" --saga "$root/sagas/order-payment.yaml" \
+"$root/build/release/tools/cli/sagaflow" run --db "$url" --brokers "$brokers" --saga "$root/sagas/order-payment.yaml" \
     --http "127.0.0.1:$port" --kafka-property log_level=3 2>"$log" &
 engine=$!
 trap 'kill $engine 2>/dev/null; wait $engine 2>/dev/null; rm -f "$log"' EXIT

@@ -35,9 +35,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
-#include "engine/detail/child_process.hpp"
 #include "engine/engine.hpp"
 #include "store/prepared.hpp"
+#include "tools/child_process.hpp"
 
 namespace {
 

@@ -36,14 +36,10 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/definition.hpp"
-#include "engine/definition_graph.hpp"
+#include "core/definition.hpp"
+#include "core/definition_graph.hpp"
 
 namespace sagaflow {
-
-namespace detail {
-struct EngineInternals;  // the HTTP API's access to the engine's transactions
-}
 
 // The HTTP API (`sagaflow run` turns it on). See engine/README.md for the endpoints.
 struct HttpConfig {
@@ -96,7 +92,7 @@ struct EngineConfig {
     std::chrono::milliseconds timer_max_sleep{1000};  // the timers re-read the database at least this often
     // Saga history retention: finished sagas (completed, compensated) whose last change is older
     // than this are deleted with their steps and timeline by the daily sweep of an engine that
-    // processes sagas (engine/retention.hpp; at least 72 h). Unset: kept until `sagaflow prune`.
+    // processes sagas (engine/repository/retention.hpp; at least 72 h). Unset: kept until `sagaflow prune`.
     std::optional<std::chrono::hours> history_retention;
     HttpConfig http;
 };
@@ -288,7 +284,6 @@ class Engine {
     int HttpPort() const noexcept;
 
   private:
-    friend struct detail::EngineInternals;
     class Impl;
     std::unique_ptr<Impl> impl_;
 };

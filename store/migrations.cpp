@@ -6,7 +6,7 @@
 #include <pqxx/pqxx>
 #include <regex>
 
-#include "store/detail/sha256.hpp"
+#include "core/sha256.hpp"
 #include "store/pool.hpp"
 
 namespace sagaflow::store {
@@ -77,7 +77,7 @@ MigrateReport MigrateBlocking(const std::string& url, const std::vector<Migratio
                                      " that this sagaflow does not know: a newer version migrated it. Hint: run "
                                      "the sagaflow version that applied it, or a newer one");
             }
-            const std::string checksum = detail::Sha256Hex(it->sql);
+            const std::string checksum = Sha256Hex(it->sql);
             if (checksum != entry.second) {
                 throw MigrationError("migration " + it->name + " was changed after it was applied (checksum " +
                                      entry.second.substr(0, 12) + " in the database, " + checksum.substr(0, 12) +
@@ -97,7 +97,7 @@ MigrateReport MigrateBlocking(const std::string& url, const std::vector<Migratio
             tx.exec_params("INSERT INTO sagaflow_migration (version, name, checksum) VALUES ($1, $2, $3)",
                            migration.version,
                            migration.name,
-                           detail::Sha256Hex(migration.sql));
+                           Sha256Hex(migration.sql));
             tx.commit();
             report.applied.push_back(migration.name);
         }

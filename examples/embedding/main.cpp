@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/config.hpp"
+#include "config/config.hpp"
 #include "engine/engine.hpp"
 
 int main(int argc, char** argv) {

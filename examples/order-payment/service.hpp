@@ -14,9 +14,9 @@
 #include <string>
 #include <thread>
 
-#include "engine/config.hpp"
-#include "engine/participant.hpp"
+#include "config/config.hpp"
 #include "outbox/kafka.hpp"
+#include "participant/participant.hpp"
 
 namespace example {
 

@@ -12,9 +12,9 @@
 #include <set>
 #include <thread>
 
-#include "engine/detail/child_process.hpp"
 #include "engine/engine.hpp"
 #include "tests/support/saga_rig.hpp"
+#include "tools/child_process.hpp"
 
 using namespace sagaflow;
 using detail::ChildProcess;

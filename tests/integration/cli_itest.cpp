@@ -14,7 +14,7 @@
 
 #include <pqxx/pqxx>
 
-#include "engine/retention.hpp"
+#include "engine/repository/retention.hpp"
 #include "tests/support/services.hpp"
 
 using sagaflow::testing::CliRun;

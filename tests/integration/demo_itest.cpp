@@ -10,12 +10,12 @@
 #include <fstream>
 #include <pqxx/pqxx>
 
-#include "engine/audit.hpp"
-#include "engine/detail/child_process.hpp"
 #include "outbox/writer.hpp"
 #include "tests/support/example_rig.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/services.hpp"
+#include "tools/audit.hpp"
+#include "tools/child_process.hpp"
 
 using namespace sagaflow;
 

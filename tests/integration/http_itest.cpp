@@ -15,13 +15,13 @@
 #include <set>
 #include <thread>
 
-#include "engine/detail/canonical.hpp"
-#include "engine/detail/child_process.hpp"
-#include "engine/detail/saga_store.hpp"
+#include "core/canonical.hpp"
 #include "engine/engine.hpp"
+#include "engine/repository/saga_store.hpp"
 #include "tests/support/http_client.hpp"
 #include "tests/support/saga_rig.hpp"
 #include "tests/support/services.hpp"
+#include "tools/child_process.hpp"
 
 using namespace sagaflow;
 using testing::Count;

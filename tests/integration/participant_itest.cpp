@@ -9,10 +9,10 @@
 #include <mutex>
 #include <pqxx/pqxx>
 
-#include "engine/participant.hpp"
 #include "outbox/admin.hpp"
 #include "outbox/event.hpp"
 #include "outbox/uuid.hpp"
+#include "participant/participant.hpp"
 #include "store/migrations.hpp"
 #include "tests/support/kafka_read.hpp"
 #include "tests/support/kafka_send.hpp"

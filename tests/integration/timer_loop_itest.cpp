@@ -8,7 +8,7 @@
 #include <pqxx/pqxx>
 #include <thread>
 
-#include "engine/detail/timer_loop.hpp"
+#include "engine/orchestrator/timer_loop.hpp"
 #include "store/pool.hpp"
 #include "tests/support/services.hpp"
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/audit.hpp"
-#include "engine/detail/child_process.hpp"
 #include "engine/engine.hpp"
 #include "tests/support/services.hpp"
+#include "tools/audit.hpp"
+#include "tools/child_process.hpp"
 
 namespace sagaflow::testing {
 

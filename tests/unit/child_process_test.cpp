@@ -1,4 +1,4 @@
-#include "engine/detail/child_process.hpp"
+#include "tools/child_process.hpp"
 
 #include <doctest/doctest.h>
 #include <signal.h>

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/config.hpp"
+#include "config/config.hpp"
 #include "tests/support/print.hpp"
 
 using sagaflow::Config;

@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
-#include "engine/definition_graph.hpp"
-#include "engine/definition_loader.hpp"
+#include "core/definition_graph.hpp"
+#include "core/definition_loader.hpp"
 
 namespace fs = std::filesystem;
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/definition_loader.hpp"
+#include "core/definition_loader.hpp"
 #include "tests/support/print.hpp"
 
 using sagaflow::LoadDefinitionString;

@@ -1,7 +1,7 @@
 // The pure parts of a definition: input validation with defaults, templates, backoff.
 #include <doctest/doctest.h>
 
-#include "engine/definition_loader.hpp"
+#include "core/definition_loader.hpp"
 #include "tests/support/print.hpp"
 
 using nlohmann::json;

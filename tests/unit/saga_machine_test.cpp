@@ -2,8 +2,8 @@
 // out-of-order events.
 #include <doctest/doctest.h>
 
-#include "engine/definition_loader.hpp"
-#include "engine/saga_machine.hpp"
+#include "core/definition_loader.hpp"
+#include "core/saga_machine.hpp"
 
 using namespace sagaflow::machine;
 using sagaflow::SagaDefinition;

@@ -1,0 +1,86 @@
+#include "engine/orchestrator/definitions.hpp"
+
+#include <mutex>
+#include <pqxx/pqxx>
+
+#include "engine/engine.hpp"
+#include "engine/repository/saga_store.hpp"
+
+namespace sagaflow::detail {
+
+void DefinitionRegistry::RefuseConflictLocked(const SagaDefinition& definition) const {
+    for (const auto& [hash, known] : by_hash_) {
+        if (known->name == definition.name && known->version == definition.version && hash != definition.hash) {
+            throw EngineError("saga '" + definition.name + "' version " + std::to_string(definition.version) +
+                              " is already registered with other content. Hint: bump `version:` in the changed "
+                              "file; running sagas keep the version they started with");
+        }
+    }
+}
+
+void DefinitionRegistry::RefuseConflict(const SagaDefinition& definition) const {
+    std::shared_lock lock(mutex_);
+    RefuseConflictLocked(definition);
+}
+
+void DefinitionRegistry::Add(Pointer definition, std::string source) {
+    std::unique_lock lock(mutex_);
+    RefuseConflictLocked(*definition);  // another thread may have registered the same version meanwhile
+    sources_[definition->hash] = std::move(source);
+    auto& latest = latest_[definition->name];
+    if (!latest || latest->version < definition->version) latest = definition;
+    by_hash_[definition->hash] = std::move(definition);
+}
+
+DefinitionRegistry::Pointer DefinitionRegistry::Find(pqxx::transaction_base& tx,
+                                                     const std::string& type,
+                                                     const std::string& hash) {
+    {
+        std::shared_lock lock(mutex_);
+        if (const auto it = by_hash_.find(hash); it != by_hash_.end()) return it->second;
+    }
+    auto definition = std::make_shared<const SagaDefinition>(ReadStoredDefinition(tx, type, hash));
+    std::unique_lock lock(mutex_);
+    return by_hash_.emplace(hash, std::move(definition)).first->second;
+}
+
+DefinitionRegistry::Pointer DefinitionRegistry::Latest(const std::string& type) const {
+    std::shared_lock lock(mutex_);
+    const auto it = latest_.find(type);
+    return it == latest_.end() ? nullptr : it->second;
+}
+
+bool DefinitionRegistry::Knows(const std::string& type) const {
+    std::shared_lock lock(mutex_);
+    return latest_.count(type) != 0;
+}
+
+std::vector<std::pair<DefinitionRegistry::Pointer, std::string>> DefinitionRegistry::All() const {
+    std::shared_lock lock(mutex_);
+    std::vector<std::pair<Pointer, std::string>> out;
+    for (const auto& [hash, source] : sources_) out.emplace_back(by_hash_.at(hash), source);
+    return out;
+}
+
+void DefinitionRegistry::Write(pqxx::transaction_base& tx,
+                               const SagaDefinition& definition,
+                               const std::string& source) {
+    tx.exec_params(
+        "INSERT INTO saga_definition (saga_type, version, hash, canonical, source) VALUES ($1, $2, $3, $4::jsonb, $5) "
+        "ON CONFLICT DO NOTHING",
+        definition.name,
+        definition.version,
+        definition.hash,
+        definition.Canonical().dump(),
+        source);
+    const auto row = tx.exec_params(
+        "SELECT hash FROM saga_definition WHERE saga_type = $1 AND version = $2", definition.name, definition.version);
+    if (!row.empty() && row[0][0].as<std::string>() != definition.hash) {
+        throw EngineError("saga '" + definition.name + "' version " + std::to_string(definition.version) +
+                          " is already in the database with other content (hash " + row[0][0].as<std::string>() +
+                          "). Hint: bump `version:` in the changed file; running sagas keep the version they "
+                          "started with");
+    }
+}
+
+}  // namespace sagaflow::detail

@@ -1,0 +1,96 @@
+#include "engine/orchestrator/replies.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <pqxx/pqxx>
+
+#include "core/saga_machine.hpp"
+#include "store/inbox.hpp"
+#include "store/prepared.hpp"
+
+namespace sagaflow::detail {
+
+// A batch of replies: their sagas are locked and loaded with two statements, in saga id order,
+// and their writes go out with one statement per table at the end (WriteBatch).
+void ReplyHandler::OnReplies(pqxx::work& tx,
+                             const std::vector<const outbox::InboundEvent*>& events,
+                             SideEffects& side) {
+    std::vector<std::string> ids;
+    for (const outbox::InboundEvent* in : events) {
+        if (store::IsUuid(in->event.saga_id)) ids.push_back(in->event.saga_id);
+    }
+    auto locked = LockSagas(tx, ids, LockMode::kWait);
+    WriteBatch writes;
+    for (const outbox::InboundEvent* in : events) OnReply(tx, *in, locked, writes, side);
+    side.Latencies(writes.Flush(tx));
+}
+
+// `locked`: sagas locked and loaded for this reply's batch; taken from it once (a second reply
+// of the same saga in the batch reads what the first one wrote, flushed from `writes` first).
+void ReplyHandler::OnReply(pqxx::work& tx,
+                           const outbox::InboundEvent& in,
+                           std::map<std::string, LoadedSaga>& locked,
+                           WriteBatch& writes,
+                           SideEffects& side) {
+    const outbox::CloudEvent& e = in.event;
+    const std::string outcome_text = e.data.is_object() ? e.data.value("outcome", std::string()) : std::string();
+    const auto ignore = [&](const std::string& saga_id, const std::string& why) {
+        ++side.replies_ignored;
+        spdlog::debug("reply {} ignored: {}", e.id, why);
+        writes.Record(
+            saga_id,
+            {"ignored", e.step_name, e.phase, 0, e.id, {{"reason", why}, {"type", e.type}, {"outcome", outcome_text}}});
+    };
+    if (!store::IsUuid(e.saga_id)) return ignore({}, "the reply names no saga (sagaid '" + e.saga_id + "')");
+    const auto phase = ParsePhase(e.phase);
+    if (!phase) return ignore({}, "unknown phase '" + e.phase + "'");
+    machine::Outcome outcome;
+    if (outcome_text == "success") {
+        outcome = machine::Outcome::kSuccess;
+    } else if (outcome_text == "failure") {
+        outcome = machine::Outcome::kFailure;
+    } else if (outcome_text == "retry") {
+        outcome = machine::Outcome::kRetry;
+    } else {
+        return ignore({}, "data.outcome must be success, failure or retry, not '" + outcome_text + "'");
+    }
+    std::optional<LoadedSaga> saga;
+    if (const auto it = locked.find(e.saga_id); it != locked.end()) {
+        saga = std::move(it->second);
+        locked.erase(it);
+    } else {
+        if (writes.Holds(e.saga_id)) side.Latencies(writes.Flush(tx));
+        saga = LockSaga(tx, e.saga_id, LockMode::kWait);
+    }
+    if (!saga) return ignore({}, "no saga " + e.saga_id);
+    const auto definition = sagas_.Definitions().Find(tx, saga->saga_type, saga->definition_hash);
+    const machine::StepPhaseState* current = saga->state.Find(e.step_name, *phase);
+    if (current != nullptr && !e.correlation_id.empty()) {
+        const auto command = saga->command_ids.find({e.step_name, e.phase});
+        if (command != saga->command_ids.end() && command->second != e.correlation_id) {
+            return ignore(
+                saga->saga_id,
+                "the reply answers event " + e.correlation_id + ", not this phase's command " + command->second);
+        }
+    }
+    machine::Reply reply;
+    reply.step_name = e.step_name;
+    reply.phase = *phase;
+    reply.attempt = current != nullptr ? current->attempt : 1;  // every attempt carries the same command
+    reply.outcome = outcome;
+    reply.data = e.data;
+    const auto decision = machine::Decide(*definition, saga->state, reply);
+    if (!decision.ignored.empty()) return ignore(saga->saga_id, decision.ignored);
+    const auto effects =
+        sagas_.Persist(tx,
+                       *definition,
+                       *saga,
+                       decision,
+                       side,
+                       {{"reply", e.step_name, e.phase, reply.attempt, e.id, {{"outcome", outcome_text}}}},
+                       &writes);
+    ++side.replies_applied;
+    side.Poke(effects.next_timer);
+}
+
+}  // namespace sagaflow::detail

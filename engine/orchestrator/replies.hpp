@@ -1,0 +1,35 @@
+#pragma once
+// Replies from participants, inside the consumer's inbox transaction: each reply is checked
+// against its saga's step phase and command, decided by the machine and persisted; a reply that
+// does not apply is recorded in the timeline as ignored, with why.
+
+#include <map>
+#include <pqxx/transaction>
+#include <string>
+#include <vector>
+
+#include "engine/orchestrator/orchestration.hpp"
+#include "outbox/consumer.hpp"
+
+namespace sagaflow::detail {
+
+class ReplyHandler {
+  public:
+    explicit ReplyHandler(Orchestration& sagas) : sagas_(sagas) {}
+
+    // A batch of replies: their sagas are locked and loaded with two statements, in saga id order,
+    // and their writes go out with one statement per table at the end (WriteBatch). What the world
+    // may learn of it goes to `side`, for after the commit.
+    void OnReplies(pqxx::work& tx, const std::vector<const outbox::InboundEvent*>& events, SideEffects& side);
+
+  private:
+    void OnReply(pqxx::work& tx,
+                 const outbox::InboundEvent& in,
+                 std::map<std::string, LoadedSaga>& locked,
+                 WriteBatch& writes,
+                 SideEffects& side);
+
+    Orchestration& sagas_;
+};
+
+}  // namespace sagaflow::detail

@@ -1,0 +1,292 @@
+#include "engine/orchestrator/saga_commands.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <pqxx/pqxx>
+
+#include "core/saga_machine.hpp"
+#include "engine/repository/saga_store.hpp"
+#include "outbox/event.hpp"
+#include "outbox/uuid.hpp"
+#include "store/inbox.hpp"
+#include "store/pool.hpp"
+#include "store/prepared.hpp"
+
+namespace sagaflow::detail {
+
+namespace {
+
+std::string Text(const pqxx::field& field) {
+    return field.is_null() ? std::string() : field.as<std::string>();
+}
+
+}  // namespace
+
+StartResult SagaCommands::Start(const std::string& type,
+                                nlohmann::json input,
+                                const std::string& key,
+                                const TraceContext& trace) {
+    RequireStarted();
+    std::shared_ptr<const SagaDefinition> definition;
+    // Refused without a connection: bad input gets its answer while the database is away too.
+    if (auto refusal = Refusal(type, input, definition)) return std::move(*refusal);
+    PendingStart pending;
+    const StartResult result = sagas_.Pool().RunBlocking([&](pqxx::connection& conn) {
+        pqxx::work tx{conn};
+        StartResult r = StartIn(tx, *definition, type, input, key, trace, pending);
+        if (r.status == StartResult::Status::kStarted) tx.commit();
+        return r;
+    });
+    Committed(result, pending);
+    return result;
+}
+
+// A start's database work: the saga row (or the one its key started before), its first steps
+// and their commands.
+StartResult SagaCommands::StartIn(pqxx::work& tx,
+                                  const SagaDefinition& definition,
+                                  const std::string& type,
+                                  const nlohmann::json& input,
+                                  const std::string& key,
+                                  const TraceContext& trace,
+                                  PendingStart& pending) {
+    StartResult r;
+    LoadedSaga saga;
+    saga.saga_id = outbox::NewUuidV7();
+    saga.saga_type = type;
+    saga.definition_hash = definition.hash;
+    saga.input = input;
+    if (outbox::ValidTraceparent(trace.traceparent)) {
+        saga.traceparent = trace.traceparent;
+        if (outbox::ValidTracestate(trace.tracestate)) saga.tracestate = trace.tracestate;
+    }
+    const auto decision = machine::Decide(definition, saga.state, machine::Begin{});
+    WriteBatch writes;
+    SideEffects none;  // a start finishes no step and parks nothing
+    const auto effects = sagas_.Persist(
+        tx, definition, saga, decision, none, {{"started", {}, {}, 0, {}, {{"version", definition.version}}}}, &writes);
+    // The saga row with its first state, its timeline and its first commands in one
+    // statement; nothing if the key started a saga before.
+    if (writes.InsertStarted(
+            tx,
+            {type,
+             definition.version,
+             definition.hash,
+             input.dump(),
+             key.empty() ? std::nullopt : std::optional<std::string>(key),
+             saga.traceparent,
+             saga.tracestate,
+             definition.deadline ? std::optional<std::int64_t>(definition.deadline->count()) : std::nullopt})) {
+        sagas_.RecordLatencies(writes.Flush(tx));
+        pending.next_timer = effects.next_timer;
+        if (definition.deadline && (!pending.next_timer || *definition.deadline < *pending.next_timer)) {
+            pending.next_timer = *definition.deadline;
+        }
+        r.status = StartResult::Status::kStarted;
+        r.saga_id = saga.saga_id;
+        return r;
+    }
+    // The key was used: jsonb equality ignores key order and whitespace, so the same input
+    // written differently is still the same command.
+    const auto existing =
+        store::Exec(tx,
+                    "SELECT saga_id::text, input = $3::jsonb FROM saga_instance WHERE saga_type = $1 AND "
+                    "idempotency_key = $2",
+                    type,
+                    key,
+                    input.dump());
+    r.saga_id = existing.at(0)[0].as<std::string>();
+    if (existing[0][1].as<bool>()) {
+        r.status = StartResult::Status::kReplayed;
+    } else {
+        r.status = StartResult::Status::kConflict;
+        r.message = "idempotency key '" + key + "' already started saga " + r.saga_id +
+                    " with other input. Hint: use a new key for a new request";
+    }
+    return r;
+}
+
+// After the commit of a start: counted, and the timer scan told of the first deadline.
+void SagaCommands::Committed(const StartResult& result, const PendingStart& pending) {
+    if (result.status != StartResult::Status::kStarted) return;
+    ++sagas_.Count().sagas_started;
+    sagas_.Poke(pending.next_timer);
+}
+
+std::optional<SagaView> SagaCommands::Get(const std::string& saga_id) {
+    RequireStarted();
+    if (!store::IsUuid(saga_id)) return std::nullopt;
+    return sagas_.Pool().RunBlocking([&](pqxx::connection& conn) {
+        pqxx::read_transaction tx{conn};
+        return ReadSagaView(tx, saga_id);
+    });
+}
+
+std::optional<std::string> SagaCommands::Graph(const std::string& saga_id, GraphFormat format) {
+    RequireStarted();
+    if (!store::IsUuid(saga_id)) return std::nullopt;
+    return sagas_.Pool().RunBlocking([&](pqxx::connection& conn) -> std::optional<std::string> {
+        pqxx::read_transaction tx{conn};
+        const auto view = ReadSagaView(tx, saga_id);
+        if (!view) return std::nullopt;
+        const auto overlay = OverlayOf(*view);
+        return RenderGraph(*sagas_.Definitions().Find(tx, view->saga_type, view->definition_hash), format, &overlay);
+    });
+}
+
+SagaPage SagaCommands::List(const ListQuery& query) {
+    RequireStarted();
+    const int limit = std::clamp(query.limit, 1, 500);
+    return sagas_.Pool().RunBlocking([&](pqxx::connection& conn) {
+        pqxx::read_transaction tx{conn};
+        // Planned for the filters given (a rare status has an index of its own), not with the
+        // generic plan the engine's sessions keep for their key lookups.
+        tx.exec("SET LOCAL plan_cache_mode = force_custom_plan");
+        // Keyset paging on the saga id: UUID v7 ids sort by creation time.
+        const auto rows = tx.exec_params(ListSagasStatement(),
+                                         query.status,
+                                         query.saga_type,
+                                         store::IsUuid(query.cursor) ? query.cursor : std::string(),
+                                         limit + 1);
+        SagaPage page;
+        for (const auto& row : rows) {
+            if (static_cast<int>(page.items.size()) == limit) {
+                page.next_cursor = page.items.back().saga_id;
+                break;
+            }
+            page.items.push_back({Text(row[0]), Text(row[1]), Text(row[2]), Text(row[3]), Text(row[4])});
+        }
+        return page;
+    });
+}
+
+// An operator's action on one saga: `act` runs under the saga's row lock in a transaction it
+// commits; Result::Status::kNotFound when there is no saga of that id.
+template <typename Result, typename Act>
+Result SagaCommands::OnLockedSaga(const std::string& saga_id, Act act) {
+    RequireStarted();
+    Result none;
+    none.status = Result::Status::kNotFound;
+    none.message = "no saga " + saga_id;
+    if (!store::IsUuid(saga_id)) return none;
+    return sagas_.Pool().RunBlocking([&](pqxx::connection& conn) {
+        pqxx::work tx{conn};
+        const auto saga = LockSaga(tx, saga_id, LockMode::kWait);
+        return saga ? act(tx, *saga) : none;
+    });
+}
+
+RetryResult SagaCommands::Retry(const std::string& saga_id) {
+    const auto result = OnLockedSaga<RetryResult>(saga_id, [&](pqxx::work& tx, const LoadedSaga& saga) {
+        RetryResult r;
+        if (saga.state.status != machine::SagaStatus::kFailed) {
+            r.status = RetryResult::Status::kNotParked;
+            r.message = "saga " + saga_id + " is " + std::string(machine::ToString(saga.state.status)) +
+                        "; only a saga parked as failed can be retried";
+            return r;
+        }
+        const std::string step = ReopenParked(tx, saga);
+        tx.commit();
+        r.message = "step '" + step + "' gets one more attempt now";
+        return r;
+    });
+    if (result.status == RetryResult::Status::kResumed) sagas_.Poke(std::chrono::milliseconds(0));
+    return result;
+}
+
+SagaCommands::Cancellation SagaCommands::CancelLocked(pqxx::work& tx,
+                                                      const SagaDefinition& definition,
+                                                      const LoadedSaga& saga,
+                                                      const std::string& reason) {
+    Cancellation c;
+    const auto decision = machine::Decide(definition, saga.state, machine::Cancel{reason});
+    c.status = decision.state.status;
+    if (!decision.ignored.empty()) {
+        c.refused = decision.ignored;
+        return c;
+    }
+    c.step = definition.steps[saga.state.current_step].name;
+    const auto* action = saga.state.Find(c.step, machine::Phase::kAction);
+    nlohmann::json detail = nlohmann::json::object();
+    if (!reason.empty()) detail["reason"] = reason;
+    c.effects = sagas_.Persist(
+        tx, definition, saga, decision, c.side, {{"cancelled", c.step, "action", action->attempt, {}, detail}});
+    return c;
+}
+
+// After a cancellation committed.
+void SagaCommands::Cancelled(const std::string& saga_id, const std::string& reason) {
+    ++sagas_.Count().sagas_cancelled;
+    spdlog::info("saga {} cancelled{}", saga_id, reason.empty() ? "" : ": " + reason);
+}
+
+CancelResult SagaCommands::Cancel(const std::string& saga_id, const std::string& reason) {
+    Effects effects;
+    SideEffects side;
+    const auto result = OnLockedSaga<CancelResult>(saga_id, [&](pqxx::work& tx, const LoadedSaga& saga) {
+        CancelResult r;
+        auto cancellation =
+            CancelLocked(tx, *sagas_.Definitions().Find(tx, saga.saga_type, saga.definition_hash), saga, reason);
+        r.saga_status = std::string(machine::ToString(cancellation.status));
+        if (!cancellation.refused.empty()) {
+            const bool undoing = saga.state.status == machine::SagaStatus::kCompensating ||
+                                 saga.state.status == machine::SagaStatus::kCompensated;
+            r.status = undoing ? CancelResult::Status::kAlreadyCompensating : CancelResult::Status::kNotCancellable;
+            r.message = "saga " + saga_id + " cannot be cancelled: " + cancellation.refused;
+            return r;
+        }
+        tx.commit();
+        effects = std::move(cancellation.effects);
+        side = std::move(cancellation.side);
+        r.message = "step '" + cancellation.step + "' and the steps before it are being compensated";
+        return r;
+    });
+    if (result.status == CancelResult::Status::kCancelled) {
+        sagas_.Apply(std::move(side));
+        Cancelled(saga_id, reason);
+        sagas_.Poke(effects.next_timer);
+    }
+    return result;
+}
+
+EngineGauges SagaCommands::Gauges() {
+    RequireStarted();
+    return sagas_.Pool().RunBlocking([](pqxx::connection& conn) {
+        pqxx::read_transaction tx{conn};
+        EngineGauges g;
+        for (const auto& row : tx.exec(OpenSagasStatement())) {
+            g.sagas[{row[0].as<std::string>(), row[1].as<std::string>()}] = row[2].as<long long>();
+        }
+        const auto outbox = tx.exec1(
+            "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM "
+            "outbox WHERE published_at IS NULL");
+        g.outbox_backlog = outbox[0].as<long long>();
+        g.oldest_unpublished_seconds = outbox[1].as<double>();
+        return g;
+    });
+}
+
+// The checks of a start before any database work: the type is registered and the input matches
+// its schema (`input` gets the defaults). nullopt when both hold; `definition` is then the
+// latest version of the type.
+std::optional<StartResult> SagaCommands::Refusal(const std::string& type,
+                                                 nlohmann::json& input,
+                                                 std::shared_ptr<const SagaDefinition>& definition) const {
+    definition = sagas_.Definitions().Latest(type);
+    StartResult result;
+    if (!definition) {
+        result.status = StartResult::Status::kUnknownType;
+        result.message = "no saga type '" + type + "' is registered";
+        return result;
+    }
+    result.errors = ValidateInput(*definition, input);
+    if (!result.errors.empty()) {
+        result.status = StartResult::Status::kInvalidInput;
+        result.message = "the input does not match the input schema of saga '" + type + "'";
+        return result;
+    }
+    return std::nullopt;
+}
+
+}  // namespace sagaflow::detail

@@ -1,0 +1,581 @@
+#include "engine/repository/saga_store.hpp"
+
+#include <algorithm>
+
+#include <pqxx/pqxx>
+
+#include "outbox/uuid.hpp"
+#include "outbox/writer.hpp"
+#include "store/prepared.hpp"
+#include "store/test_guards.hpp"
+
+namespace sagaflow::detail {
+
+using machine::Phase;
+using machine::StepStatus;
+
+std::optional<Phase> ParsePhase(std::string_view text) {
+    if (text == "action") return Phase::kAction;
+    if (text == "compensation") return Phase::kCompensation;
+    return std::nullopt;
+}
+
+namespace {
+
+std::optional<machine::SagaStatus> ParseSagaStatus(std::string_view text) {
+    using machine::SagaStatus;
+    for (const auto status : {SagaStatus::kRunning,
+                              SagaStatus::kCompensating,
+                              SagaStatus::kCompleted,
+                              SagaStatus::kCompensated,
+                              SagaStatus::kFailed}) {
+        if (machine::ToString(status) == text) return status;
+    }
+    return std::nullopt;
+}
+
+// saga_step.status <-> (StepStatus, outcome_unknown, cancelled): an action that never answered is
+// 'timed_out', one in flight when the saga was cancelled 'cancelled'.
+std::string StepStatusText(const machine::StepPhaseState& phase) {
+    switch (phase.status) {
+        case StepStatus::kDispatched:
+            return "dispatched";
+        case StepStatus::kSucceeded:
+            return "succeeded";
+        case StepStatus::kFailed:
+            return !phase.outcome_unknown ? "failed" : phase.cancelled ? "cancelled" : "timed_out";
+    }
+    return "failed";
+}
+
+void ParseStepStatus(std::string_view text, machine::StepPhaseState& phase) {
+    phase.cancelled = text == "cancelled";
+    phase.outcome_unknown = text == "timed_out" || phase.cancelled;
+    phase.status = text == "dispatched"  ? StepStatus::kDispatched
+                   : text == "succeeded" ? StepStatus::kSucceeded
+                                         : StepStatus::kFailed;
+}
+
+nlohmann::json ParseJson(const pqxx::field& field) {
+    if (field.is_null()) return nullptr;
+    return nlohmann::json::parse(field.c_str());
+}
+
+// The context command templates are rendered against (definition.hpp: RenderTemplate).
+nlohmann::json TemplateContext(const LoadedSaga& saga, const machine::SagaState& state) {
+    nlohmann::json steps = nlohmann::json::object();
+    for (const auto& phase : state.phases) {
+        if (phase.phase == Phase::kAction && phase.status == StepStatus::kSucceeded) {
+            steps[phase.step_name] = {{"reply", phase.reply}};
+        }
+    }
+    return {{"sagaId", saga.saga_id}, {"input", saga.input}, {"data", state.data}, {"steps", steps}};
+}
+
+std::chrono::milliseconds WithJitter(std::chrono::milliseconds delay, double jitter, std::mt19937_64& rng) {
+    if (jitter <= 0 || delay.count() <= 0) return delay;
+    // Up to `jitter` of the delay is drawn at random (subtracted), so retries of many sagas that
+    // failed together spread out instead of arriving together.
+    std::uniform_real_distribution<double> draw(0.0, jitter);
+    const double factor = 1.0 - draw(rng);
+    return std::chrono::milliseconds(static_cast<std::int64_t>(static_cast<double>(delay.count()) * factor));
+}
+
+void Earliest(Effects& effects, std::chrono::milliseconds delay) {
+    if (!effects.next_timer || delay < *effects.next_timer) effects.next_timer = delay;
+}
+
+}  // namespace
+
+std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
+                                            const std::vector<std::string>& saga_ids,
+                                            LockMode mode) {
+    std::map<std::string, LoadedSaga> sagas;
+    if (saga_ids.empty()) return sagas;
+    const std::string ids = store::UuidArray(saga_ids);
+    // Locked in key order, so two engines locking overlapping batches cannot deadlock. The steps
+    // are read by a second statement: one joined to the locking one would see them as of before a
+    // lock wait.
+    const std::string lock = mode == LockMode::kWait ? " FOR UPDATE" : " FOR UPDATE SKIP LOCKED";
+    const auto rows =
+        store::Exec(tx,
+                    "SELECT saga_id::text, saga_type, definition_hash, status, current_step, input::text, "
+                    "data::text, coalesce(parked_reason, ''), coalesce(traceparent, ''), coalesce(tracestate, '') "
+                    "FROM saga_instance WHERE saga_id = "
+                    "ANY($1::uuid[]) ORDER BY saga_instance.saga_id" +
+                        lock,
+                    ids);
+    if (rows.empty()) return sagas;
+    for (const auto& row : rows) {
+        LoadedSaga saga;
+        saga.saga_id = row[0].as<std::string>();
+        saga.saga_type = row[1].as<std::string>();
+        saga.definition_hash = row[2].as<std::string>();
+        const auto status = ParseSagaStatus(row[3].as<std::string>());
+        if (!status) throw std::runtime_error("saga " + saga.saga_id + " has an unknown status " + row[3].c_str());
+        saga.state.status = *status;
+        saga.state.current_step = row[4].as<std::size_t>();
+        saga.input = ParseJson(row[5]);
+        saga.state.data = ParseJson(row[6]);
+        saga.state.parked_reason = row[7].as<std::string>();
+        saga.traceparent = row[8].as<std::string>();
+        saga.tracestate = row[9].as<std::string>();
+        sagas.emplace(saga.saga_id, std::move(saga));
+    }
+    const auto steps = store::Exec(tx,
+                                   "SELECT saga_id::text, step_name, phase, status, attempt, reply::text, "
+                                   "next_attempt_at IS NOT NULL, command_event_id::text FROM saga_step WHERE saga_id = "
+                                   "ANY($1::uuid[]) ORDER BY saga_step.saga_id, dispatched_at, phase",
+                                   ids);
+    for (const auto& row : steps) {
+        const auto it = sagas.find(row[0].as<std::string>());
+        if (it == sagas.end()) continue;  // skipped: another transaction holds it (kSkipLocked)
+        LoadedSaga& saga = it->second;
+        machine::StepPhaseState phase;
+        phase.step_name = row[1].as<std::string>();
+        phase.phase = ParsePhase(row[2].as<std::string>()).value_or(Phase::kAction);
+        ParseStepStatus(row[3].as<std::string>(), phase);
+        phase.attempt = row[4].as<int>();
+        phase.reply = ParseJson(row[5]);
+        phase.awaiting_retry = row[6].as<bool>();
+        saga.command_ids[{phase.step_name, row[2].as<std::string>()}] = row[7].as<std::string>();
+        saga.state.phases.push_back(std::move(phase));
+    }
+    return sagas;
+}
+
+std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode) {
+    auto sagas = LockSagas(tx, {saga_id}, mode);
+    if (sagas.empty()) return std::nullopt;
+    return std::move(sagas.begin()->second);
+}
+
+void RecordEvents(pqxx::transaction_base& tx, const std::string& saga_id, const std::vector<TimelineRow>& rows) {
+    if (rows.empty()) return;
+    WriteBatch batch;
+    for (const auto& row : rows) batch.Record(saga_id, row);
+    batch.Flush(tx);
+}
+
+void RecordEvent(pqxx::transaction_base& tx,
+                 const std::string& saga_id,
+                 const std::string& kind,
+                 const std::string& step_name,
+                 const std::string& phase,
+                 int attempt,
+                 const std::string& event_id,
+                 const nlohmann::json& detail) {
+    RecordEvents(tx, saga_id, {{kind, step_name, phase, attempt, event_id, detail}});
+}
+
+bool WriteBatch::Holds(const std::string& saga_id) const {
+    return std::find(sagas_.begin(), sagas_.end(), saga_id) != sagas_.end();
+}
+
+void WriteBatch::Record(const std::string& saga_id, TimelineRow row) {
+    timeline_.push_back({saga_id, std::move(row), false});
+}
+
+namespace {
+
+using Texts = std::vector<std::optional<std::string>>;
+
+std::optional<std::string> Nullable(const std::string& text) {
+    return text.empty() ? std::nullopt : std::optional<std::string>(text);
+}
+
+// A timeline entry as six array columns from `first` on: kind, step, phase, attempt, event id,
+// detail (the columns of saga_event after its saga id).
+void AppendTimelineColumns(std::vector<Texts>& columns, std::size_t first, const TimelineRow& row) {
+    columns[first].emplace_back(row.kind);
+    columns[first + 1].push_back(Nullable(row.step_name));
+    columns[first + 2].push_back(Nullable(row.phase));
+    columns[first + 3].push_back(row.attempt > 0 ? std::optional<std::string>(std::to_string(row.attempt))
+                                                 : std::nullopt);
+    columns[first + 4].push_back(Nullable(row.event_id));
+    columns[first + 5].emplace_back(row.detail.is_null() ? std::string("{}") : row.detail.dump());
+}
+
+// New step phases as nine array columns from `first` on, for NewStepsSql.
+template <typename NewStep>
+void AppendNewStepColumns(std::vector<Texts>& columns, std::size_t first, const std::vector<NewStep>& steps) {
+    for (const auto& n : steps) {
+        columns[first].emplace_back(n.saga_id);
+        columns[first + 1].emplace_back(n.step_name);
+        columns[first + 2].emplace_back(n.phase);
+        columns[first + 3].emplace_back(n.timeout_ms);
+        for (std::size_t i = 0; i < 5; ++i) columns[first + 4 + i].emplace_back(n.outbox.at(i));
+    }
+}
+
+// Common table expressions `v` (the new phases, parameters $first..$first+8) and `step` (their
+// step rows, RETURNING the command event id of each row that was new), optionally only `if` a
+// condition holds. A step row is the dedup key of its phase: the outbox row goes in only with a
+// new step row (joined on `step`), in the order the decisions were made (the relay keeps each
+// key's order by id).
+std::string NewStepsSql(int first, const std::string& condition = "") {
+    std::string params;
+    for (const char* type : {"uuid", "text", "text", "bigint", "uuid", "text", "text", "text", "text"}) {
+        params += (params.empty() ? "$" : ", $") + std::to_string(first++) + "::" + type + "[]";
+    }
+    return "v AS (SELECT * FROM unnest(" + params +
+           ") WITH ORDINALITY AS u(saga_id, step_name, phase, timeout_ms, event_id, topic, message_key, headers, "
+           "payload, n)), "
+           "step AS (INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
+           "deadline_at) SELECT saga_id, step_name, phase, 'dispatched', 1, event_id, "
+           "clock_timestamp() + timeout_ms * interval '1 millisecond' FROM v " +
+           (condition.empty() ? "" : "WHERE " + condition + " ") +
+           "ORDER BY n ON CONFLICT DO NOTHING RETURNING command_event_id)";
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_base& tx) {
+    std::vector<std::pair<std::string, double>> latencies;
+    if (Empty()) {
+        sagas_.clear();  // no statement
+        return latencies;
+    }
+    // Everything queued in one statement (one round trip; three before): the answered phases, the
+    // new ones with their commands, the timeline and the saga rows. Its text is the same for any
+    // number of rows: the values travel as arrays, an empty part as empty arrays.
+    std::vector<Texts> columns(8 + 9 + 8 + 5);
+    for (const auto& u : updates_) {
+        columns[0].emplace_back(u.saga_id);
+        columns[1].emplace_back(u.step_name);
+        columns[2].emplace_back(u.phase);
+        columns[3].emplace_back(u.status);
+        columns[4].push_back(u.reply);
+        columns[5].emplace_back(u.open ? "t" : "f");
+        columns[6].emplace_back(u.open && u.awaiting_retry ? "t" : "f");
+        columns[7].emplace_back(u.measure ? "t" : "f");
+    }
+    AppendNewStepColumns(columns, 8, new_steps_);
+    for (const auto& e : timeline_) {
+        columns[17].push_back(Nullable(e.saga_id));
+        AppendTimelineColumns(columns, 18, e.row);
+        columns[24].emplace_back(e.if_dispatched ? "t" : "f");
+    }
+    for (const auto& r : saga_rows_) {
+        columns[25].emplace_back(r.saga_id);
+        columns[26].emplace_back(r.status);
+        columns[27].emplace_back(r.current_step);
+        columns[28].emplace_back(r.data);
+        columns[29].push_back(r.parked_reason);
+    }
+    // A timeline entry that announces a dispatch goes in only if this statement's outbox row was
+    // new (not if the phase was dispatched before: never twice).
+    const auto rows = store::ExecArrays(
+        tx,
+        "WITH answered AS (UPDATE saga_step s SET status = a.status, reply = a.reply::jsonb, "
+        "completed_at = CASE WHEN a.open THEN NULL ELSE clock_timestamp() END, "
+        "next_attempt_at = CASE WHEN a.awaiting THEN s.next_attempt_at END, "
+        "deadline_at = CASE WHEN a.open AND NOT a.awaiting THEN s.deadline_at END "
+        "FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], $7::bool[], "
+        "$8::bool[]) AS a(saga_id, step_name, phase, status, reply, open, awaiting, measure) "
+        "WHERE s.saga_id = a.saga_id AND s.step_name = a.step_name AND s.phase = a.phase "
+        "RETURNING s.step_name, a.measure, extract(epoch FROM clock_timestamp() - s.dispatched_at)::float8 AS "
+        "seconds), " +
+            NewStepsSql(9) + ", dispatch AS (" +
+            outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
+            " RETURNING event_id), "
+            "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
+            "SELECT saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM "
+            "unnest($18::uuid[], $19::text[], $20::text[], $21::text[], $22::int[], $23::uuid[], $24::text[], "
+            "$25::bool[]) WITH ORDINALITY AS e(saga_id, kind, step_name, phase, attempt, event_id, detail, "
+            "if_dispatched, n) WHERE NOT e.if_dispatched OR e.event_id IN (SELECT event_id FROM dispatch) "
+            "ORDER BY n), "
+            "saga AS (UPDATE saga_instance s SET status = r.status, current_step = r.current_step, "
+            "data = r.data::jsonb, parked_reason = r.parked_reason, updated_at = clock_timestamp(), "
+            "version = s.version + 1 FROM unnest($26::uuid[], $27::text[], $28::int[], $29::text[], $30::text[]) "
+            "AS r(saga_id, status, current_step, data, parked_reason) WHERE s.saga_id = r.saga_id RETURNING 1) "
+            "SELECT step_name, measure, seconds FROM answered",
+        columns);
+    for (const auto& row : rows) {
+        if (row[1].as<bool>()) latencies.emplace_back(row[0].as<std::string>(), row[2].as<double>());
+    }
+    sagas_.clear();
+    updates_.clear();
+    new_steps_.clear();
+    saga_rows_.clear();
+    timeline_.clear();
+    return latencies;
+}
+
+bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) {
+    const SagaRow& row = saga_rows_.at(0);
+    std::vector<Texts> columns{
+        {row.saga_id},
+        {saga.saga_type},
+        {std::to_string(saga.definition_version)},
+        {saga.definition_hash},
+        {row.status},
+        {row.current_step},
+        {row.data},
+        {row.parked_reason},
+        {saga.input},
+        {saga.idempotency_key},
+        {saga.traceparent.empty() ? std::nullopt : std::optional<std::string>(saga.traceparent)},
+        {saga.tracestate.empty() ? std::nullopt : std::optional<std::string>(saga.tracestate)},
+        {saga.deadline_ms ? std::optional<std::string>(std::to_string(*saga.deadline_ms)) : std::nullopt}};
+    columns.resize(columns.size() + 6 + 9);
+    // A new saga's dispatches are all new: every entry goes in.
+    for (const auto& e : timeline_) AppendTimelineColumns(columns, 13, e.row);
+    AppendNewStepColumns(columns, 19, new_steps_);
+    // version 1 and updated_at as the start's UPDATE used to leave them. Its first step rows and
+    // their commands in the same statement, only with the saga row.
+    const auto inserted = store::ExecArrays(
+        tx,
+        "WITH saga AS (INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, "
+        "current_step, data, parked_reason, input, idempotency_key, traceparent, tracestate, deadline_at, "
+        "updated_at, version) SELECT s, t, v, h, st, c, d::jsonb, p, i::jsonb, k, tp, ts, clock_timestamp() + dl * "
+        "interval '1 millisecond', clock_timestamp(), 1 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], "
+        "$5::text[], $6::int[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], "
+        "$13::bigint[]) AS u(s, t, v, h, st, c, d, p, i, k, tp, ts, dl) "
+        "ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING saga_id), "
+        "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
+        "SELECT saga.saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM saga, "
+        "unnest($14::text[], $15::text[], $16::text[], $17::int[], $18::uuid[], $19::text[]) WITH ORDINALITY AS "
+        "e(kind, step_name, phase, attempt, event_id, detail, n) ORDER BY n), " +
+            NewStepsSql(20, "EXISTS (SELECT FROM saga)") + ", dispatch AS (" +
+            outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
+            " RETURNING 1) SELECT count(*) FROM saga",
+        columns);
+    saga_rows_.clear();
+    timeline_.clear();
+    new_steps_.clear();
+    if (inserted[0][0].as<int>() == 1) return true;
+    sagas_.clear();
+    updates_.clear();
+    new_steps_.clear();
+    return false;
+}
+
+Effects Persist(pqxx::transaction_base& tx,
+                const SagaDefinition& definition,
+                const LoadedSaga& saga,
+                const machine::Decision& decision,
+                const std::string& event_source,
+                std::mt19937_64& rng,
+                std::vector<TimelineRow> timeline,
+                WriteBatch* batch) {
+    const machine::SagaState& next = decision.state;
+    Effects effects;
+    WriteBatch own;
+    WriteBatch& writes = batch != nullptr ? *batch : own;
+    writes.sagas_.push_back(saga.saga_id);
+    std::vector<bool> if_dispatched(timeline.size(), false);
+
+    // 1. Step phases that changed (new ones are written by their Dispatch below).
+    for (const auto& phase : next.phases) {
+        const machine::StepPhaseState* before = saga.state.Find(phase.step_name, phase.phase);
+        if (before == nullptr) continue;
+        if (before->status == phase.status && before->outcome_unknown == phase.outcome_unknown &&
+            before->reply == phase.reply && before->awaiting_retry == phase.awaiting_retry) {
+            continue;
+        }
+        const bool open = phase.status == StepStatus::kDispatched;
+        writes.updates_.push_back(
+            {saga.saga_id,
+             phase.step_name,
+             std::string(machine::ToString(phase.phase)),
+             StepStatusText(phase),
+             phase.reply.is_null() ? std::nullopt : std::optional<std::string>(phase.reply.dump()),
+             open,
+             phase.awaiting_retry,
+             !open && before->status == StepStatus::kDispatched});
+    }
+    // Resends and retries update step rows in place: the queued updates of those rows go first.
+    const bool in_place = std::any_of(decision.commands.begin(), decision.commands.end(), [&](const auto& command) {
+        const auto* dispatch = std::get_if<machine::Dispatch>(&command);
+        return std::holds_alternative<machine::ScheduleRetry>(command) ||
+               (dispatch != nullptr && saga.state.Find(dispatch->step_name, dispatch->phase) != nullptr);
+    });
+    if (in_place) effects.step_latencies = writes.Flush(tx);
+
+    // 2. Commands.
+    for (const auto& command : decision.commands) {
+        if (const auto* dispatch = std::get_if<machine::Dispatch>(&command)) {
+            const StepDefinition* step = definition.FindStep(dispatch->step_name);
+            const std::string phase_text(machine::ToString(dispatch->phase));
+            const auto timeout_ms = dispatch->timeout.count();
+            if (saga.state.Find(dispatch->step_name, dispatch->phase) == nullptr) {
+                // A new step phase: its row is the dedup key, its event id is minted once, here.
+                const CommandSpec& spec = dispatch->phase == Phase::kAction ? step->action : *step->compensation;
+                outbox::CloudEvent event;
+                event.id = outbox::NewUuidV7();
+                event.type = spec.type;
+                event.source = event_source;
+                event.saga_id = saga.saga_id;
+                event.step_name = step->name;
+                event.phase = phase_text;
+                event.traceparent = saga.traceparent;
+                event.tracestate = saga.tracestate;
+                event.data = RenderTemplate(spec.send, TemplateContext(saga, next));
+                outbox::OutboxRow row = outbox::MakeOutboxRow(step->CommandTopic(), saga.saga_id, event, 1);
+                writes.new_steps_.push_back(
+                    {saga.saga_id, step->name, phase_text, std::to_string(timeout_ms), std::move(row.params)});
+                timeline.push_back({"dispatched", step->name, phase_text, 1, event.id, {{"type", spec.type}}});
+                if_dispatched.push_back(true);  // not if the phase was dispatched before: never twice
+            } else {
+                // A resend: the same row, the same event id, the same bytes.
+                const auto row = store::Exec(
+                    tx,
+                    "UPDATE saga_step SET attempt = $4, next_attempt_at = NULL, waiting_since = NULL, timeout_due_at = "
+                    "NULL, "
+                    "deadline_at = clock_timestamp() + $5 * interval '1 millisecond' "
+                    "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 RETURNING command_event_id::text",
+                    saga.saga_id,
+                    dispatch->step_name,
+                    phase_text,
+                    dispatch->attempt,
+                    timeout_ms);
+                std::string event_id = row.at(0)[0].as<std::string>();
+                if (store::GuardDisabled("dispatch-dedup")) {
+                    // TEST ONLY: the resend as a new message, the mistake the dedup key exists for.
+                    const auto copy =
+                        store::Exec(tx, "SELECT topic, payload::text FROM outbox WHERE event_id = $1::uuid", event_id);
+                    std::string reason;
+                    auto event = outbox::ParseCloudEvent(copy.at(0)[1].c_str(), reason);
+                    event->id = outbox::NewUuidV7();
+                    event_id = outbox::Enqueue(tx, copy[0][0].as<std::string>(), saga.saga_id, *event);
+                } else {
+                    outbox::Rearm(tx, event_id);
+                }
+                timeline.push_back({"resent", dispatch->step_name, phase_text, dispatch->attempt, event_id, {}});
+                if_dispatched.push_back(false);
+            }
+            Earliest(effects, dispatch->timeout);
+        } else if (const auto* retry = std::get_if<machine::ScheduleRetry>(&command)) {
+            const StepDefinition* step = definition.FindStep(retry->step_name);
+            const RetryPolicy& policy = retry->phase == Phase::kAction ? step->retry : definition.compensation_retry;
+            const auto delay = WithJitter(retry->delay, policy.jitter, rng);
+            const std::string phase_text(machine::ToString(retry->phase));
+            store::Exec(tx,
+                        "UPDATE saga_step SET deadline_at = NULL, "
+                        "next_attempt_at = clock_timestamp() + $4 * interval '1 millisecond' "
+                        "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
+                        saga.saga_id,
+                        retry->step_name,
+                        phase_text,
+                        delay.count());
+            timeline.push_back(
+                {"retry-scheduled", retry->step_name, phase_text, retry->attempt, {}, {{"delayMs", delay.count()}}});
+            if_dispatched.push_back(false);
+            Earliest(effects, delay);
+        } else if (const auto* finish = std::get_if<machine::Finish>(&command)) {
+            nlohmann::json detail{{"status", machine::ToString(finish->status)}};
+            if (!next.parked_reason.empty()) detail["reason"] = next.parked_reason;
+            timeline.push_back({"finished", {}, {}, 0, {}, detail});
+            if_dispatched.push_back(false);
+            effects.finished = true;
+            effects.parked = finish->status == machine::SagaStatus::kFailed;
+        }
+    }
+
+    // 3. The saga row and the timeline (written together).
+    writes.saga_rows_.push_back(
+        {saga.saga_id,
+         std::string(machine::ToString(next.status)),
+         std::to_string(next.current_step),
+         next.data.dump(),
+         next.parked_reason.empty() ? std::nullopt : std::optional<std::string>(next.parked_reason)});
+    for (std::size_t i = 0; i < timeline.size(); ++i) {
+        writes.timeline_.push_back({saga.saga_id, std::move(timeline[i]), if_dispatched[i]});
+    }
+    if (batch == nullptr) {
+        auto latencies = own.Flush(tx);
+        effects.step_latencies.insert(effects.step_latencies.end(), latencies.begin(), latencies.end());
+    }
+    return effects;
+}
+
+std::string ReopenParked(pqxx::transaction_base& tx, const LoadedSaga& saga) {
+    const machine::StepPhaseState* gave_up = nullptr;
+    for (auto it = saga.state.phases.rbegin(); it != saga.state.phases.rend(); ++it) {
+        if (it->status == StepStatus::kFailed) {
+            gave_up = &*it;
+            break;
+        }
+    }
+    if (gave_up == nullptr) return {};
+    const std::string phase_text(machine::ToString(gave_up->phase));
+    store::Exec(tx,
+                "UPDATE saga_step SET status = 'dispatched', completed_at = NULL, deadline_at = NULL, "
+                "next_attempt_at = clock_timestamp() WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
+                saga.saga_id,
+                gave_up->step_name,
+                phase_text);
+    store::Exec(tx,
+                "UPDATE saga_instance SET status = $2, parked_reason = NULL, updated_at = clock_timestamp(), "
+                "version = version + 1 WHERE saga_id = $1::uuid",
+                saga.saga_id,
+                gave_up->phase == Phase::kCompensation ? "compensating" : "running");
+    RecordEvent(tx,
+                saga.saga_id,
+                "operator-retry",
+                gave_up->step_name,
+                phase_text,
+                gave_up->attempt + 1,
+                {},
+                {{"reason", saga.state.parked_reason}});
+    return gave_up->step_name;
+}
+
+std::string ListSagasStatement() {
+    // ORDER BY names the table's column: the output column saga_id is text, and ordering by it
+    // sorted the whole table.
+    return "SELECT s.saga_id::text AS saga_id, s.saga_type, s.status, to_char(s.created_at AT TIME ZONE 'UTC', "
+           "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), to_char(s.updated_at AT TIME ZONE 'UTC', "
+           "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM saga_instance s WHERE ($1 = '' OR s.status = $1) AND "
+           "($2 = '' OR s.saga_type = $2) AND ($3 = '' OR s.saga_id < $3::uuid) ORDER BY s.saga_id DESC LIMIT $4";
+}
+
+std::string OpenSagasStatement() {
+    return "SELECT saga_type, status, count(*) FROM saga_instance WHERE status IN ('running', 'compensating') "
+           "GROUP BY 1, 2 UNION ALL SELECT saga_type, status, count(*) FROM saga_instance WHERE status = 'failed' "
+           "GROUP BY 1, 2";
+}
+
+std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit) {
+    // Three index-backed parts: deadlines of open phases, backoffs that elapsed, and the deadlines
+    // of running sagas.
+    const auto rows = tx.exec_params(
+        "(SELECT saga_id::text, step_name, phase, attempt, false, false FROM saga_step "
+        "  WHERE status = 'dispatched' AND next_attempt_at IS NULL AND deadline_at <= clock_timestamp() "
+        "  ORDER BY deadline_at LIMIT $1) "
+        "UNION ALL "
+        "(SELECT saga_id::text, step_name, phase, attempt, true, false FROM saga_step "
+        "  WHERE next_attempt_at <= clock_timestamp() ORDER BY next_attempt_at LIMIT $1) "
+        "UNION ALL "
+        "(SELECT saga_id::text, '', 'action', 0, false, true FROM saga_instance "
+        "  WHERE status = 'running' AND deadline_at <= clock_timestamp() ORDER BY deadline_at LIMIT $1)",
+        limit);
+    std::vector<DueTimer> due;
+    due.reserve(rows.size());
+    for (const auto& row : rows) {
+        DueTimer timer;
+        timer.saga_id = row[0].as<std::string>();
+        timer.step_name = row[1].as<std::string>();
+        timer.phase = ParsePhase(row[2].as<std::string>()).value_or(Phase::kAction);
+        timer.attempt = row[3].as<int>();
+        timer.retry = row[4].as<bool>();
+        timer.saga_deadline = row[5].as<bool>();
+        due.push_back(std::move(timer));
+    }
+    return due;
+}
+
+std::optional<std::chrono::milliseconds> NextTimer(pqxx::transaction_base& tx) {
+    const auto row = tx.exec(
+        "SELECT ceil(extract(epoch FROM least("
+        "  (SELECT min(deadline_at) FROM saga_step WHERE status = 'dispatched' AND next_attempt_at IS NULL), "
+        "  (SELECT min(next_attempt_at) FROM saga_step WHERE next_attempt_at IS NOT NULL), "
+        "  (SELECT min(deadline_at) FROM saga_instance WHERE status = 'running' AND deadline_at IS NOT NULL)) "
+        "  - clock_timestamp()) "
+        "  * 1000)::bigint");
+    if (row.at(0)[0].is_null()) return std::nullopt;
+    return std::chrono::milliseconds(std::max<std::int64_t>(0, row[0][0].as<std::int64_t>()));
+}
+
+}  // namespace sagaflow::detail

@@ -1,0 +1,194 @@
+#pragma once
+// Persistence around the pure state machine (internal: uses libpqxx). Every function runs inside
+// the caller's transaction; a saga is only read for a change under its row lock (SELECT ... FOR
+// UPDATE), so two engines never decide on the same saga at once, and the decision, the step rows,
+// the outbox rows of its commands and the timeline entries commit together.
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <pqxx/transaction_base>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/definition.hpp"
+#include "core/definition_graph.hpp"
+#include "core/saga_machine.hpp"
+#include "engine/engine.hpp"
+
+namespace sagaflow::detail {
+
+struct LoadedSaga {
+    std::string saga_id;
+    std::string saga_type;
+    std::string definition_hash;
+    nlohmann::json input;
+    std::string traceparent, tracestate;  // the starter's trace context, for every command (may be empty)
+    machine::SagaState state;
+    std::map<std::pair<std::string, std::string>, std::string> command_ids;  // (step, phase) -> event id
+};
+
+// One timeline entry (saga_event) to write.
+struct TimelineRow {
+    std::string kind;
+    std::string step_name;
+    std::string phase;
+    int attempt = 0;
+    std::string event_id;
+    nlohmann::json detail = nlohmann::json::object();
+};
+
+enum class LockMode { kWait, kSkipLocked };
+
+// The saga with its step phases, row-locked; nullopt if there is no such saga (or, with
+// kSkipLocked, if another transaction holds it).
+std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode);
+
+// The same for several sagas at once (two statements), by saga id; missing ids are not in the map.
+// The ids must be uuids.
+std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
+                                            const std::vector<std::string>& saga_ids,
+                                            LockMode mode);
+
+// What a persisted decision means for the caller after commit.
+struct Effects {
+    std::optional<std::chrono::milliseconds> next_timer;  // the earliest deadline or retry it set
+    bool finished = false;
+    bool parked = false;
+    std::vector<std::pair<std::string, double>> step_latencies;  // (step, seconds) of phases answered now
+};
+
+// Several sagas' writes, collected and then written with one statement per table (a reply batch:
+// step updates, new step + outbox rows, saga rows + timeline — three statements however many
+// replies). Flush before a saga it holds is read again, and before the transaction commits.
+class WriteBatch {
+  public:
+    // Nothing queued to write (a start's rows all went in with InsertStarted).
+    bool Empty() const noexcept {
+        return updates_.empty() && new_steps_.empty() && saga_rows_.empty() && timeline_.empty();
+    }
+    bool Holds(const std::string& saga_id) const;
+    // Queues a timeline entry (saga_id may be empty).
+    void Record(const std::string& saga_id, TimelineRow row);
+    // Writes everything queued and empties the batch; returns the (step, seconds) latencies of the
+    // phases the updates answered.
+    std::vector<std::pair<std::string, double>> Flush(pqxx::transaction_base& tx);
+
+    // A saga this transaction starts: its row with the state Persist queued for it, its timeline,
+    // and its first step rows with their outbox rows, in one statement (an INSERT, the dispatch and
+    // an UPDATE before). False if its idempotency key is taken: nothing is written and the batch
+    // is emptied.
+    struct NewSaga {
+        std::string saga_type;
+        int definition_version = 0;
+        std::string definition_hash, input;
+        std::optional<std::string> idempotency_key;
+        std::string traceparent, tracestate;      // empty: none
+        std::optional<std::int64_t> deadline_ms;  // the definition's deadline, from now
+    };
+    bool InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga);
+
+  private:
+    friend Effects Persist(pqxx::transaction_base&,
+                           const SagaDefinition&,
+                           const LoadedSaga&,
+                           const machine::Decision&,
+                           const std::string&,
+                           std::mt19937_64&,
+                           std::vector<TimelineRow>,
+                           WriteBatch*);
+    struct StepUpdate {
+        std::string saga_id, step_name, phase, status;
+        std::optional<std::string> reply;
+        bool open = false, awaiting_retry = false, measure = false;
+    };
+    struct NewStep {
+        std::string saga_id, step_name, phase, timeout_ms;
+        std::vector<std::string> outbox;  // event id, topic, key, headers, payload
+    };
+    struct SagaRow {
+        std::string saga_id, status, current_step, data;
+        std::optional<std::string> parked_reason;
+    };
+    struct Entry {
+        std::string saga_id;
+        TimelineRow row;
+        bool if_dispatched = false;  // written only if the step row of row.event_id was new
+    };
+    std::vector<std::string> sagas_;
+    std::vector<StepUpdate> updates_;
+    std::vector<NewStep> new_steps_;
+    std::vector<SagaRow> saga_rows_;
+    std::vector<Entry> timeline_;
+};
+
+// Persists `decision` (made on `saga.state`): updates the changed step phases, turns its commands
+// into step rows, outbox rows (a new event id for a new phase; the same row re-armed for a resend),
+// durable timers and timeline entries, and writes the saga row. `timeline` holds the entries of the
+// event itself (started, reply, timeout). With `batch`, a decision that only answers phases,
+// dispatches new ones and finishes is queued there (its Effects then carry no latencies: Flush
+// returns them); one that resends or schedules a retry is written at once.
+Effects Persist(pqxx::transaction_base& tx,
+                const SagaDefinition& definition,
+                const LoadedSaga& saga,
+                const machine::Decision& decision,
+                const std::string& event_source,
+                std::mt19937_64& rng,
+                std::vector<TimelineRow> timeline = {},
+                WriteBatch* batch = nullptr);
+
+// Appends timeline entries with one statement (saga_id may be empty: events for no known saga).
+void RecordEvents(pqxx::transaction_base& tx, const std::string& saga_id, const std::vector<TimelineRow>& rows);
+
+// Appends a timeline entry (saga_id may be empty: an event for no known saga).
+void RecordEvent(pqxx::transaction_base& tx,
+                 const std::string& saga_id,
+                 const std::string& kind,
+                 const std::string& step_name,
+                 const std::string& phase,
+                 int attempt,
+                 const std::string& event_id,
+                 const nlohmann::json& detail);
+
+// A timer that is due: a deadline passed (retry = false) or a backoff elapsed (retry = true).
+struct DueTimer {
+    std::string saga_id;
+    std::string step_name;
+    machine::Phase phase = machine::Phase::kAction;
+    int attempt = 1;
+    bool retry = false;
+    bool saga_deadline = false;  // the saga's own deadline (step_name empty)
+};
+
+std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit);
+
+// The operator list's page ($1 status or '', $2 type or '', $3 cursor saga id or '', $4 limit): a
+// backward walk of the primary key (or of a status's partial index), never a sort of the table.
+std::string ListSagasStatement();
+// The open sagas (running, compensating) and the parked ones (failed) by type and status, from
+// their partial indexes: /metrics reads what is bounded by the work in flight, not the history.
+std::string OpenSagasStatement();
+
+// Time until the earliest pending deadline or retry (zero if one is due); nullopt if none pends.
+std::optional<std::chrono::milliseconds> NextTimer(pqxx::transaction_base& tx);
+
+std::optional<machine::Phase> ParsePhase(std::string_view text);
+
+// Re-opens the phase that made the locked, parked saga give up (its most recent failed phase):
+// dispatched again with its retry due now, the saga running (or compensating) again. Returns the
+// phase's step name, or empty if there is none.
+std::string ReopenParked(pqxx::transaction_base& tx, const LoadedSaga& saga);
+
+// The saga, its step phases and its timeline, as Engine::GetSaga and `sagaflow show` present
+// them; nullopt if there is no such saga (defined in engine.cpp).
+std::optional<SagaView> ReadSagaView(pqxx::transaction_base& tx, const std::string& saga_id);
+// A definition stored in saga_definition, loaded back and checked against its hash.
+SagaDefinition ReadStoredDefinition(pqxx::transaction_base& tx, const std::string& type, const std::string& hash);
+// The graph overlay of a saga instance: its status and each step phase's.
+GraphOverlay OverlayOf(const SagaView& saga);
+// The saga as GET /v1/sagas/{id} answers it (defined in http_server.cpp).
+nlohmann::json SagaJson(const SagaView& saga);
+
+}  // namespace sagaflow::detail
