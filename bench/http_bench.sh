@@ -17,14 +17,7 @@ while [[ $# -gt 0 ]]; do
     *) sf_die "unknown option $1" "see the usage at the top of bench/http_bench.sh" ;;
     esac
 done
-port=$(sf_free_port)
-log=$(mktemp)
-"$root/build/release/tools/cli/sagaflow" run --db "$url" --brokers "$brokers" --saga "$root/sagas/order-payment.yaml" \
-    --http "127.0.0.1:$port" --kafka-property log_level=3 2>"$log" &
-engine=$!
-trap 'kill $engine 2>/dev/null; wait $engine 2>/dev/null; rm -f "$log"' EXIT
-sf_wait_for 60 "the engine's HTTP API" curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null ||
-    { cat "$log" >&2; sf_die "the engine did not start" "read its log above"; }
+source "$root/bench/http_engine.sh"
 
 # wrk prints "Requests/sec: N" and, with --latency, "99% Xms"; both go to JSON.
 measure() {

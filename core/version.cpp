@@ -1,4 +1,4 @@
-#include "engine/version.hpp"
+#include "core/version.hpp"
 
 namespace sagaflow {
 

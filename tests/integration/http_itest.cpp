@@ -56,6 +56,18 @@ HttpResult Post(int port, const std::string& key, const std::string& body, std::
     return HttpRequest(port, "POST", "/v1/sagas/itest-saga", h, body);
 }
 
+// Whether `count` starts are waiting at a lock inside their transaction (the tests hold the
+// definition row), within 10 s.
+bool StartsWaitingAtLock(const Rig& rig, int count) {
+    return WaitFor(
+        [&] {
+            return Count(rig.db.Url(),
+                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+                         "'%INSERT INTO saga_instance%'") == count;
+        },
+        std::chrono::seconds(10));
+}
+
 std::string ProblemType(const HttpResult& r) {
     CHECK(r.Header("content-type") == "application/problem+json");
     const auto body = r.Json();
@@ -169,13 +181,7 @@ TEST_CASE(
     pqxx::work hold{holder};
     hold.exec("SELECT 1 FROM saga_definition FOR UPDATE");
     first = std::async(std::launch::async, [port] { return Post(port, "flight", R"({"item":"f"})"); });
-    REQUIRE(WaitFor(
-        [&] {
-            return Count(rig.db.Url(),
-                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
-                         "'%INSERT INTO saga_instance%'") == 1;
-        },
-        std::chrono::seconds(10)));
+    REQUIRE(StartsWaitingAtLock(rig, 1));
     // The server goes on answering while that request waits in the database.
     second = std::async(std::launch::async, [port] { return Post(port, "flight", R"({"item":"f"})"); });
     REQUIRE(second.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
@@ -221,13 +227,7 @@ TEST_CASE("requests waiting in the database on every HTTP worker leave the engin
             held.push_back(std::async(
                 std::launch::async, [port, i] { return Post(port, "held-" + std::to_string(i), R"({"item":"h"})"); }));
         }
-        REQUIRE(WaitFor(
-            [&] {
-                return Count(rig.db.Url(),
-                             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
-                             "'%INSERT INTO saga_instance%'") == workers;
-            },
-            std::chrono::seconds(10)));
+        REQUIRE(StartsWaitingAtLock(rig, workers));
         // The engine's own database work (here a read through its API; the reply consumer and the
         // timers alike) gets a connection meanwhile: with the pool no larger than the workers it
         // waited for the hold to end.
@@ -734,13 +734,7 @@ TEST_CASE("stop closes idle connections, answers the request in progress, and a 
                 asio::buffer("POST /v1/sagas/itest-saga HTTP/1.1\r\nHost: x\r\nIdempotency-Key: stopping\r\n"
                              "Content-Type: application/json\r\nContent-Length: " +
                              std::to_string(body.size()) + "\r\n\r\n" + body));
-    REQUIRE(WaitFor(
-        [&] {
-            return Count(rig.db.Url(),
-                         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
-                         "'%INSERT INTO saga_instance%'") == 1;
-        },
-        std::chrono::seconds(10)));
+    REQUIRE(StartsWaitingAtLock(rig, 1));
     stopped = std::async(std::launch::async, [&] { engine->Stop(); });
     // The idle connections are closed at once; Stop waits for the request in progress.
     CHECK(ReadUntilClosed(idle, std::chrono::seconds(5)).closed);
