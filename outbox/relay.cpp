@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "outbox/detail/claim_position.hpp"
 #include "outbox/detail/rdkafka.hpp"
 #include "store/errors.hpp"
 #include "store/pool.hpp"
@@ -37,82 +38,6 @@ struct Slot {
     bool produced = false;
     std::int32_t partition = -1;  // where the broker put it (delivery report)
     std::int64_t offset = -1;
-};
-
-// Where the relay's claims start. Under load, a claim that scans the outbox from its first
-// unpublished row walks the index entries of every row published since the last vacuum (about
-// 1 ms and 500-700 buffers per claim, measured); a claim after the position touches only new rows.
-//
-// A claim after the position is safe only if no row at or below it can still turn up unclaimed:
-// such a row (its transaction committed after the position passed its id, or it was held back
-// behind its key) would go out after the later rows of its key. So the position moves over ids
-// the relay has claimed, one by one; an id it has not seen (a transaction not committed yet, a
-// rolled-back insert) holds it. After `patience` without progress it jumps to the highest id
-// claimed, and the ids it jumped over become the suspect range, together with the snapshot's
-// xmax: every transaction that can still commit a row in the range has an xid below it (the
-// range's ids were taken before the claim that saw a higher id). The session's first claim does
-// the same with everything below its first row. While a suspect range exists every claim is a full
-// claim (from the first unpublished row, in id order: a late row goes out before the later rows
-// of its key); the range is cleared once the oldest running transaction is younger than its xmax
-// and nothing in it waits unpublished, except rows that hold back their keys by themselves
-// (index outbox_held).
-struct SuspectRange {
-    long long lo = 0;
-    long long hi = 0;
-    std::uint64_t xmax = 0;
-};
-
-struct ClaimPosition {
-    long long position = 0;     // every id up to here was claimed, or is in the suspect range
-    std::set<long long> above;  // ids claimed above the position
-    std::optional<SuspectRange> suspect;
-    std::chrono::steady_clock::time_point stalled_since{};
-    bool started = false;
-
-    void AddSuspect(long long lo, long long hi, std::uint64_t xmax) {
-        if (lo > hi) return;
-        if (!suspect) {
-            suspect = SuspectRange{lo, hi, xmax};
-            return;
-        }
-        suspect->lo = std::min(suspect->lo, lo);
-        suspect->hi = std::max(suspect->hi, hi);
-        suspect->xmax = std::max(suspect->xmax, xmax);
-    }
-
-    // `ids`: the rows a claim took; `xmax`: its snapshot's xmax.
-    void Claimed(const std::vector<long long>& ids,
-                 std::uint64_t xmax,
-                 std::chrono::steady_clock::time_point now,
-                 std::chrono::milliseconds patience) {
-        for (const long long id : ids) {
-            if (id > position) above.insert(id);
-        }
-        if (above.empty()) return;
-        if (!started) {  // the session's first claim: below its first row, rows may still commit
-            position = *above.begin() - 1;
-            AddSuspect(1, position, xmax);
-            started = true;
-        }
-        bool moved = false;
-        while (!above.empty() && *above.begin() == position + 1) {
-            ++position;
-            above.erase(above.begin());
-            moved = true;
-        }
-        if (above.empty() || moved) {
-            stalled_since = above.empty() ? std::chrono::steady_clock::time_point{} : now;
-            return;
-        }
-        if (stalled_since == std::chrono::steady_clock::time_point{}) {
-            stalled_since = now;
-        } else if (now - stalled_since >= patience) {
-            AddSuspect(position + 1, *above.rbegin() - 1, xmax);
-            position = *above.rbegin();
-            above.clear();
-            stalled_since = {};
-        }
-    }
 };
 
 // What the `sagaflow_outbox` notifications said since the relay last looked. The trigger sends
@@ -246,7 +171,7 @@ class Relay::Impl {
         Wakeups wakeups;
         wakeups.schema = pqxx::nontransaction{*conn}.exec1("SELECT current_schema()")[0].as<std::string>();
         NotifyReceiver listener{*conn, wakeups};
-        position_ = ClaimPosition{};
+        position_ = detail::ClaimPosition{};
         std::chrono::steady_clock::time_point last_full_claim{};
         while (!stopping_.load()) {
             if (!leader_.load()) {
@@ -494,7 +419,7 @@ class Relay::Impl {
     std::atomic<bool>& leader_;
     store::FailureLogLimit failures_;  // the session's failures while the database is away
     detail::ClientPtr producer_;
-    ClaimPosition position_;
+    detail::ClaimPosition position_;
     int pending_ = 0;  // touched only on the relay thread (delivery reports run inside rd_kafka_poll)
 };
 

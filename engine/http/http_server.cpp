@@ -1,4 +1,5 @@
 #include "engine/http/http_server.hpp"
+#include "engine/http/routes.hpp"
 
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
@@ -89,16 +90,6 @@ std::optional<Response> ParseObject(const std::string& text, nlohmann::json& bod
 
 Response UnsupportedMediaType() {
     return Problem(415, "unsupported-media-type", "Unsupported media type", "send Content-Type: application/json");
-}
-
-std::vector<std::string> Segments(const std::string& path) {
-    std::vector<std::string> out;
-    std::string part;
-    std::istringstream in(path);
-    while (std::getline(in, part, '/')) {
-        if (!part.empty()) out.push_back(part);
-    }
-    return out;
 }
 
 bool ValidSagaType(const std::string& type) {
@@ -436,24 +427,13 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket, bool over_cap) {
 
 HttpServer::Response HttpServer::Handle(const Request& request) {
     const auto& m = request.message;
-    const auto segments = Segments(request.path);
-    const auto method = m.method();
-    const auto not_allowed = [&](const std::string& allow) {
-        auto r = Problem(405, "method-not-allowed", "Method not allowed", "use " + allow);
-        r.headers.emplace_back("Allow", allow);
-        return r;
-    };
-    if (request.path == "/healthz")
-        return method == http::verb::get ? Json(200, {{"status", "ok"}}) : not_allowed("GET");
-    if (request.path == "/readyz") return method == http::verb::get ? Ready() : not_allowed("GET");
-    if (request.path == "/metrics") return method == http::verb::get ? Metrics() : not_allowed("GET");
-    if (segments.empty() || segments[0] != "v1" || segments.size() < 2 || segments[1] != "sagas") {
+    const auto route = Resolve(std::string(m.method_string()), request.path);
+    if (!route.endpoint && route.allow.empty() && !route.api) {
         return Problem(404, "not-found", "Not found", "no resource at " + request.path);
     }
-
-    // Authentication (optional): a bearer token names the client.
+    // Under /v1, with tokens configured, a bearer token names the client before anything else.
     std::string client;
-    if (!config_.http.tokens.empty()) {
+    if (route.api && !config_.http.tokens.empty()) {
         const std::string auth(m[http::field::authorization]);
         const auto found = auth.rfind("Bearer ", 0) == 0 ? FindToken(auth.substr(7)) : nullptr;
         if (found == nullptr) {
@@ -463,9 +443,15 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
         }
         client = *found;
     }
+    if (!route.allow.empty()) {
+        auto r = Problem(405, "method-not-allowed", "Method not allowed", "use " + route.allow);
+        r.headers.emplace_back("Allow", route.allow);
+        return r;
+    }
+    if (!route.endpoint) return Problem(404, "not-found", "Not found", "no resource at " + request.path);
     // Without tokens everyone is an operator on a loopback address only.
     const bool operator_allowed = config_.http.tokens.empty() ? loopback_ : client.rfind("operator", 0) == 0;
-    const auto forbidden = [&] {
+    if (route.operator_only && !operator_allowed) {
         if (config_.http.tokens.empty()) {
             return Problem(403,
                            "operator-token-required",
@@ -474,95 +460,99 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
                            "address. Hint: set http.tokens with a client named operator-...");
         }
         return Problem(403, "forbidden", "Forbidden", "client '" + client + "' may not do this; operators may");
-    };
-
-    if (segments.size() == 2) {  // /v1/sagas
-        if (method != http::verb::get) return not_allowed("GET");
-        if (!operator_allowed) return forbidden();
-        ListQuery query;
-        const auto get = [&](const char* key) {
-            const auto it = request.query.find(key);
-            return it == request.query.end() ? std::string() : it->second;
-        };
-        query.status = get("status");
-        query.saga_type = get("type");
-        query.cursor = get("cursor");
-        static const std::set<std::string> kStatuses{
-            "", "running", "compensating", "completed", "compensated", "failed"};
-        if (kStatuses.count(query.status) == 0) {
-            return Problem(400,
-                           "invalid-query",
-                           "Invalid query",
-                           "status must be one of running, compensating, "
-                           "completed, compensated, failed");
+    }
+    const std::string& id = route.argument;
+    switch (*route.endpoint) {
+        case Endpoint::kHealth:
+            return Json(200, {{"status", "ok"}});
+        case Endpoint::kReady:
+            return Ready();
+        case Endpoint::kMetrics:
+            return Metrics();
+        case Endpoint::kListSagas:
+            return ListSagas(request);
+        case Endpoint::kStartSaga:
+            return StartSaga(request, id, client);
+        case Endpoint::kGetSaga: {
+            const auto saga = store::IsUuid(id) ? sagas_.Get(id) : std::nullopt;
+            if (!saga) return Problem(404, "saga-not-found", "Saga not found", "no saga " + id);
+            return Json(200, SagaJson(*saga));
         }
-        if (!query.saga_type.empty() && !ValidSagaType(query.saga_type)) {
-            return Problem(400, "invalid-query", "Invalid query", "type is not a saga type name");
-        }
-        if (!query.cursor.empty() && !store::IsUuid(query.cursor)) {
-            return Problem(400, "invalid-query", "Invalid query", "cursor must be the nextCursor of a previous page");
-        }
-        if (const auto limit = get("limit"); !limit.empty()) {
-            if (limit.size() > 3 ||
-                !std::all_of(limit.begin(), limit.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-                std::stoi(limit) < 1 || std::stoi(limit) > 500) {
-                return Problem(400, "invalid-query", "Invalid query", "limit must be 1..500");
+        case Endpoint::kSagaGraph:
+            return SagaGraph(request, id);
+        case Endpoint::kRetrySaga: {
+            const auto result = sagas_.Retry(id);
+            switch (result.status) {
+                case RetryResult::Status::kResumed:
+                    return Json(202, {{"sagaId", id}, {"status", "resumed"}, {"detail", result.message}});
+                case RetryResult::Status::kNotFound:
+                    return Problem(404, "saga-not-found", "Saga not found", result.message);
+                case RetryResult::Status::kNotParked:
+                    return Problem(409, "saga-not-parked", "Saga not parked", result.message);
             }
-            query.limit = std::stoi(limit);
+            break;
         }
-        const auto page = sagas_.List(query);
-        nlohmann::json items = nlohmann::json::array();
-        for (const auto& s : page.items) {
-            items.push_back({{"sagaId", s.saga_id},
-                             {"type", s.saga_type},
-                             {"status", s.status},
-                             {"createdAt", s.created_at},
-                             {"updatedAt", s.updated_at},
-                             {"links", {{"self", "/v1/sagas/" + s.saga_id}}}});
-        }
-        nlohmann::json body{{"items", items}};
-        body["nextCursor"] = page.next_cursor.empty() ? nlohmann::json() : nlohmann::json(page.next_cursor);
-        return Json(200, body);
-    }
-    const std::string& third = segments[2];
-    if (segments.size() == 3 && method == http::verb::post) return StartSaga(request, third, client);
-    if (segments.size() == 3) {
-        if (method != http::verb::get) return not_allowed("GET, POST");
-        if (!store::IsUuid(third)) return Problem(404, "saga-not-found", "Saga not found", "no saga " + third);
-        const auto saga = sagas_.Get(third);
-        if (!saga) return Problem(404, "saga-not-found", "Saga not found", "no saga " + third);
-        return Json(200, SagaJson(*saga));
-    }
-    if (segments.size() == 4 && segments[3] == "graph") {
-        if (method != http::verb::get) return not_allowed("GET");
-        const auto it = request.query.find("format");
-        const std::string format = it == request.query.end() ? "mermaid" : it->second;
-        if (format != "mermaid" && format != "dot") {
-            return Problem(400, "invalid-query", "Invalid query", "format must be mermaid or dot");
-        }
-        const auto graph = sagas_.Graph(third, format == "dot" ? GraphFormat::kDot : GraphFormat::kMermaid);
-        if (!graph) return Problem(404, "saga-not-found", "Saga not found", "no saga " + third);
-        return {200, format == "dot" ? "text/vnd.graphviz; charset=utf-8" : "text/plain; charset=utf-8", *graph, {}};
-    }
-    if (segments.size() == 4 && segments[3] == "retry") {
-        if (method != http::verb::post) return not_allowed("POST");
-        if (!operator_allowed) return forbidden();
-        const auto result = sagas_.Retry(third);
-        switch (result.status) {
-            case RetryResult::Status::kResumed:
-                return Json(202, {{"sagaId", third}, {"status", "resumed"}, {"detail", result.message}});
-            case RetryResult::Status::kNotFound:
-                return Problem(404, "saga-not-found", "Saga not found", result.message);
-            case RetryResult::Status::kNotParked:
-                return Problem(409, "saga-not-parked", "Saga not parked", result.message);
-        }
-    }
-    if (segments.size() == 4 && segments[3] == "cancel") {
-        if (method != http::verb::post) return not_allowed("POST");
-        if (!operator_allowed) return forbidden();
-        return CancelSaga(request, third, client);
+        case Endpoint::kCancelSaga:
+            return CancelSaga(request, id, client);
     }
     return Problem(404, "not-found", "Not found", "no resource at " + request.path);
+}
+
+// GET /v1/sagas?status=&type=&cursor=&limit=: a page, newest first.
+HttpServer::Response HttpServer::ListSagas(const Request& request) {
+    ListQuery query;
+    const auto get = [&](const char* key) {
+        const auto it = request.query.find(key);
+        return it == request.query.end() ? std::string() : it->second;
+    };
+    query.status = get("status");
+    query.saga_type = get("type");
+    query.cursor = get("cursor");
+    static const std::set<std::string> kStatuses{"", "running", "compensating", "completed", "compensated", "failed"};
+    if (kStatuses.count(query.status) == 0) {
+        return Problem(400,
+                       "invalid-query",
+                       "Invalid query",
+                       "status must be one of running, compensating, completed, compensated, failed");
+    }
+    if (!query.saga_type.empty() && !ValidSagaType(query.saga_type)) {
+        return Problem(400, "invalid-query", "Invalid query", "type is not a saga type name");
+    }
+    if (!query.cursor.empty() && !store::IsUuid(query.cursor)) {
+        return Problem(400, "invalid-query", "Invalid query", "cursor must be the nextCursor of a previous page");
+    }
+    if (const auto limit = get("limit"); !limit.empty()) {
+        if (limit.size() > 3 || !std::all_of(limit.begin(), limit.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+            std::stoi(limit) < 1 || std::stoi(limit) > 500) {
+            return Problem(400, "invalid-query", "Invalid query", "limit must be 1..500");
+        }
+        query.limit = std::stoi(limit);
+    }
+    const auto page = sagas_.List(query);
+    nlohmann::json items = nlohmann::json::array();
+    for (const auto& s : page.items) {
+        items.push_back({{"sagaId", s.saga_id},
+                         {"type", s.saga_type},
+                         {"status", s.status},
+                         {"createdAt", s.created_at},
+                         {"updatedAt", s.updated_at},
+                         {"links", {{"self", "/v1/sagas/" + s.saga_id}}}});
+    }
+    nlohmann::json body{{"items", items}};
+    body["nextCursor"] = page.next_cursor.empty() ? nlohmann::json() : nlohmann::json(page.next_cursor);
+    return Json(200, body);
+}
+
+// GET /v1/sagas/{id}/graph?format=mermaid|dot
+HttpServer::Response HttpServer::SagaGraph(const Request& request, const std::string& saga_id) {
+    const auto it = request.query.find("format");
+    const std::string format = it == request.query.end() ? "mermaid" : it->second;
+    if (format != "mermaid" && format != "dot") {
+        return Problem(400, "invalid-query", "Invalid query", "format must be mermaid or dot");
+    }
+    const auto graph = sagas_.Graph(saga_id, format == "dot" ? GraphFormat::kDot : GraphFormat::kMermaid);
+    if (!graph) return Problem(404, "saga-not-found", "Saga not found", "no saga " + saga_id);
+    return {200, format == "dot" ? "text/vnd.graphviz; charset=utf-8" : "text/plain; charset=utf-8", *graph, {}};
 }
 
 namespace {

@@ -53,6 +53,8 @@ class HttpServer {
     Response Handle(const Request& request);  // on a worker thread
     Response StartSaga(const Request& request, const std::string& type, const std::string& client);
     Response CancelSaga(const Request& request, const std::string& saga_id, const std::string& client);
+    Response ListSagas(const Request& request);
+    Response SagaGraph(const Request& request, const std::string& saga_id);
     Response Metrics();
     Response Ready();
 
