@@ -114,7 +114,7 @@ class Engine::Impl {
         if (parts_.pool) {
             parts_.pool->RunBlocking([&](pqxx::connection& conn) {
                 pqxx::work tx{conn};
-                detail::DefinitionRegistry::Write(tx, *definition, source);
+                detail::WriteDefinition(tx, *definition, source);
                 tx.commit();
             });
         }
@@ -143,7 +143,7 @@ class Engine::Impl {
         parts_.pool->RunBlocking([&](pqxx::connection& conn) {
             pqxx::work tx{conn};
             for (const auto& [definition, source] : registered) {
-                detail::DefinitionRegistry::Write(tx, *definition, source);
+                detail::WriteDefinition(tx, *definition, source);
             }
             tx.commit();
         });
@@ -190,8 +190,7 @@ class Engine::Impl {
 
             const auto active = parts_.pool->RunBlocking([](pqxx::connection& conn) {
                 pqxx::read_transaction tx{conn};
-                return tx.exec("SELECT count(*) FROM saga_instance WHERE status IN ('running', 'compensating')")[0][0]
-                    .as<std::int64_t>();
+                return detail::CountOpenSagas(tx);
             });
             spdlog::info("engine {}: resuming {} unfinished saga(s) on {}", config_.instance_id, active, redacted);
         }

@@ -16,6 +16,7 @@
 #include "outbox/relay.hpp"
 #include "outbox/runtime.hpp"
 #include "outbox/writer.hpp"
+#include "store/array_columns.hpp"
 #include "store/inbox.hpp"
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
@@ -228,11 +229,23 @@ class Participant::Impl {
     struct Batch {
         std::map<Key, std::optional<Stored>> loaded;            // nullopt: no row
         std::set<std::pair<std::string, std::string>> touched;  // (saga, step) written by this batch
-        std::vector<std::optional<std::string>> columns[13];
+        store::ArrayColumns replies{{{"saga_id", "uuid"},
+                                     {"step_name", "text"},
+                                     {"phase", "text"},
+                                     {"command_type", "text"},
+                                     {"command_event_id", "uuid"},
+                                     {"status", "text"},
+                                     {"reply", "text"},
+                                     {"store", "bool"},
+                                     {"event_id", "uuid"},
+                                     {"topic", "text"},
+                                     {"message_key", "text"},
+                                     {"headers", "text"},
+                                     {"payload", "text"}}};
         // A handler of this batch left its savepoint open (released by the next handler's
         // SAVEPOINT, or by the COMMIT).
         bool savepoint_open = false;
-        bool Empty() const { return columns[0].empty(); }
+        bool Empty() const { return replies.Rows() == 0; }
     };
 
     static bool IsCommand(const outbox::CloudEvent& e) {
@@ -447,34 +460,31 @@ class Participant::Impl {
         Batch& b = batch != nullptr ? *batch : own;
         const outbox::OutboxRow row =
             outbox::MakeOutboxRow(config_.replies_topic, command.saga_id, ReplyEvent(command, data), 1);
-        const std::optional<std::string> values[8] = {command.saga_id,
-                                                      command.step_name,
-                                                      command.phase,
-                                                      command.type,
-                                                      command.event_id,
-                                                      status,
-                                                      data.dump(),
-                                                      status.empty() ? "f" : "t"};
-        for (std::size_t i = 0; i < 8; ++i) b.columns[i].push_back(values[i]);
-        for (std::size_t i = 0; i < 5; ++i) b.columns[8 + i].emplace_back(row.params.at(i));
+        std::vector<store::ArrayColumns::Value> values{command.saga_id,
+                                                       command.step_name,
+                                                       command.phase,
+                                                       command.type,
+                                                       command.event_id,
+                                                       status,
+                                                       data.dump(),
+                                                       status.empty() ? "f" : "t"};
+        for (std::size_t i = 0; i < 5; ++i) values.emplace_back(row.params.at(i));
+        b.replies.Add(std::move(values));
         if (batch == nullptr) Flush(tx, own);
     }
 
     // The queued replies, in order, and their stored copies: one statement, one round trip.
     void Flush(pqxx::work& tx, Batch& batch) {
         if (batch.Empty()) return;
-        store::ExecArrays(
-            tx,
-            "WITH v AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::text[], "
-            "$7::text[], $8::bool[], $9::uuid[], $10::text[], $11::text[], $12::text[], $13::text[]) WITH ORDINALITY "
-            "AS u(saga_id, step_name, phase, command_type, command_event_id, status, reply, store, event_id, topic, "
-            "message_key, headers, payload, n)), reply AS (" +
-                outbox::InsertRowsFrom("v") +
-                ") INSERT INTO participant_step (saga_id, step_name, phase, command_type, command_event_id, status, "
-                "reply, reply_event_id) SELECT saga_id, step_name, phase, command_type, command_event_id, status, "
-                "reply::jsonb, event_id FROM v WHERE store ORDER BY n",
-            {batch.columns, batch.columns + 13});
-        for (auto& column : batch.columns) column.clear();
+        store::ArrayStatement statement;
+        const std::string sql =
+            "WITH v AS (SELECT * FROM " + statement.Unnest(batch.replies, "u", true) + "), reply AS (" +
+            outbox::InsertRowsFrom("v") +
+            ") INSERT INTO participant_step (saga_id, step_name, phase, command_type, command_event_id, status, "
+            "reply, reply_event_id) SELECT saga_id, step_name, phase, command_type, command_event_id, status, "
+            "reply::jsonb, event_id FROM v WHERE store ORDER BY n";
+        statement.Exec(tx, sql);
+        batch.replies.Clear();
     }
 
     ParticipantConfig config_;

@@ -62,25 +62,4 @@ std::vector<std::pair<DefinitionRegistry::Pointer, std::string>> DefinitionRegis
     return out;
 }
 
-void DefinitionRegistry::Write(pqxx::transaction_base& tx,
-                               const SagaDefinition& definition,
-                               const std::string& source) {
-    tx.exec_params(
-        "INSERT INTO saga_definition (saga_type, version, hash, canonical, source) VALUES ($1, $2, $3, $4::jsonb, $5) "
-        "ON CONFLICT DO NOTHING",
-        definition.name,
-        definition.version,
-        definition.hash,
-        definition.Canonical().dump(),
-        source);
-    const auto row = tx.exec_params(
-        "SELECT hash FROM saga_definition WHERE saga_type = $1 AND version = $2", definition.name, definition.version);
-    if (!row.empty() && row[0][0].as<std::string>() != definition.hash) {
-        throw EngineError("saga '" + definition.name + "' version " + std::to_string(definition.version) +
-                          " is already in the database with other content (hash " + row[0][0].as<std::string>() +
-                          "). Hint: bump `version:` in the changed file; running sagas keep the version they "
-                          "started with");
-    }
-}
-
 }  // namespace sagaflow::detail

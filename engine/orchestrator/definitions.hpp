@@ -32,10 +32,6 @@ class DefinitionRegistry {
     // Every registered definition with its source, in hash order.
     std::vector<std::pair<Pointer, std::string>> All() const;
 
-    // Writes a definition to saga_definition (nothing if it is there); throws EngineError when the
-    // database holds the same name and version with other content.
-    static void Write(pqxx::transaction_base& tx, const SagaDefinition& definition, const std::string& source);
-
   private:
     void RefuseConflictLocked(const SagaDefinition& definition) const;
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <pqxx/pqxx>
+#include <tuple>
 
 #include "core/saga_machine.hpp"
 #include "engine/repository/saga_store.hpp"
@@ -89,15 +90,9 @@ StartResult SagaCommands::StartIn(pqxx::work& tx,
     }
     // The key was used: jsonb equality ignores key order and whitespace, so the same input
     // written differently is still the same command.
-    const auto existing =
-        store::Exec(tx,
-                    "SELECT saga_id::text, input = $3::jsonb FROM saga_instance WHERE saga_type = $1 AND "
-                    "idempotency_key = $2",
-                    type,
-                    key,
-                    input.dump());
-    r.saga_id = existing.at(0)[0].as<std::string>();
-    if (existing[0][1].as<bool>()) {
+    const auto existing = FindByIdempotencyKey(tx, type, key, input.dump());
+    r.saga_id = existing.saga_id;
+    if (existing.same_input) {
         r.status = StartResult::Status::kReplayed;
     } else {
         r.status = StartResult::Status::kConflict;
@@ -258,11 +253,7 @@ EngineGauges SagaCommands::Gauges() {
         for (const auto& row : tx.exec(OpenSagasStatement())) {
             g.sagas[{row[0].as<std::string>(), row[1].as<std::string>()}] = row[2].as<long long>();
         }
-        const auto outbox = tx.exec1(
-            "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM "
-            "outbox WHERE published_at IS NULL");
-        g.outbox_backlog = outbox[0].as<long long>();
-        g.oldest_unpublished_seconds = outbox[1].as<double>();
+        std::tie(g.outbox_backlog, g.oldest_unpublished_seconds) = OutboxBacklog(tx);
         return g;
     });
 }

@@ -85,58 +85,26 @@ bool TimerService::HoldTimeout(pqxx::work& tx,
     const StepDefinition* step = definition.FindStep(timer.step_name);
     if (step == nullptr) return false;
     const std::string phase(machine::ToString(timer.phase));
-    const auto rows = store::Exec(
-        tx,
-        "SELECT (extract(epoch FROM clock_timestamp() - coalesce(s.waiting_since, s.deadline_at - $4 * interval "
-        "'1 millisecond')) * 1000)::bigint, "
-        "(extract(epoch FROM clock_timestamp() - coalesce(s.timeout_due_at, s.deadline_at)) * 1000)::bigint, "
-        "s.waiting_since IS NOT NULL, o.published_at IS NOT NULL, o.topic, o.kafka_partition, o.kafka_offset, "
-        "(extract(epoch FROM clock_timestamp() - o.published_at) * 1000)::bigint "
-        "FROM saga_step s LEFT JOIN outbox o ON o.event_id = s.command_event_id "
-        "WHERE s.saga_id = $1::uuid AND s.step_name = $2 AND s.phase = $3 AND s.status = 'dispatched' "
-        "AND s.attempt = $5",
-        saga.saga_id,
-        timer.step_name,
-        phase,
-        step->timeout.count(),
-        timer.attempt);
-    if (rows.empty()) return false;
-    const auto& row = rows[0];
-    const std::chrono::milliseconds since_dispatch{row[0].as<std::int64_t>()};
-    const std::chrono::milliseconds overdue{row[1].as<std::int64_t>()};
-    const bool waiting = row[2].as<bool>();
+    const auto clock = ReadStepClock(tx, saga.saga_id, timer.step_name, phase, timer.attempt, step->timeout);
+    if (!clock) return false;
+    const auto since_dispatch = clock->since_dispatch;
+    const auto overdue = clock->overdue;
+    const bool waiting = clock->waiting;
     if (since_dispatch >= step->StartTimeout()) return false;  // waited long enough: time out
     const std::string group = sagas_.ParticipantGroup(step->participant);
-    // Moves the timer `delay` ahead. kWaitForRead: the command is unread (waiting_since: the
-    // attempt's dispatch, set once); kWaitForReplies: replies unread, or the follower has not looked
-    // yet (timeout_due_at: the
-    // deadline they must have been read up to, set once); kRestart: read late, the timeout
-    // counts anew from the read (both cleared).
-    enum class Hold { kWaitForRead = 0, kWaitForReplies = 1, kRestart = 2 };
-    const auto move = [&](std::chrono::milliseconds delay, Hold hold) {
-        store::Exec(tx,
-                    "UPDATE saga_step SET deadline_at = clock_timestamp() + $4 * interval '1 millisecond', "
-                    "waiting_since = CASE $6::int WHEN 0 THEN coalesce(waiting_since, deadline_at - $5 * "
-                    "interval '1 millisecond') WHEN 1 THEN waiting_since END, "
-                    "timeout_due_at = CASE $6::int WHEN 1 THEN coalesce(timeout_due_at, deadline_at) END "
-                    "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
-                    saga.saga_id,
-                    timer.step_name,
-                    phase,
-                    delay.count(),
-                    step->timeout.count(),
-                    static_cast<int>(hold));
+    const auto move = [&](std::chrono::milliseconds delay, StepHold hold) {
+        MoveStepDeadline(tx, saga.saga_id, timer.step_name, phase, delay, step->timeout, hold);
     };
     // Clock 1: has the participant read the command?
     std::string unread;
     std::optional<std::chrono::milliseconds> read_ago;
     bool not_looked_yet = false;  // a follower that just started: ask again shortly
-    if (!row[3].as<bool>()) {
+    if (!clock->published) {
         unread = "its command is not published yet";
-    } else if (!row[5].is_null()) {
-        const std::string topic = row[4].as<std::string>();
+    } else if (clock->partition) {
+        const std::string& topic = clock->topic;
         progress_.load()->Follow(group, topic);  // a definition registered after Start: followed from now on
-        const auto answer = progress_.load()->CommandRead(group, topic, row[5].as<int>(), row[6].as<std::int64_t>());
+        const auto answer = progress_.load()->CommandRead(group, topic, *clock->partition, clock->offset);
         if (answer.read == outbox::GroupProgress::Read::kNo) {
             unread = "its command waits to be read by consumer group " + group;
         } else if (answer.read == outbox::GroupProgress::Read::kYes) {
@@ -152,12 +120,12 @@ bool TimerService::HoldTimeout(pqxx::work& tx,
         }
     }
     if (not_looked_yet) {
-        move(std::chrono::milliseconds(500), Hold::kWaitForReplies);
+        move(std::chrono::milliseconds(500), StepHold::kWaitForReplies);
         return true;
     }
     if (!unread.empty()) {
         constexpr std::chrono::milliseconds kLookAgain{1000};
-        move(kLookAgain, Hold::kWaitForRead);
+        move(kLookAgain, StepHold::kWaitForRead);
         if (!waiting) {
             RecordEvents(tx,
                          saga.saga_id,
@@ -174,22 +142,21 @@ bool TimerService::HoldTimeout(pqxx::work& tx,
         // Read at last: the timeout counts from then.
         const auto ago = read_ago.value_or(std::chrono::milliseconds(0));
         const auto rest = std::max(step->timeout - ago, std::chrono::milliseconds(0));
-        move(rest, Hold::kRestart);
+        move(rest, StepHold::kRestart);
         RecordEvents(
             tx, saga.saga_id, {{"started", timer.step_name, phase, timer.attempt, {}, {{"readMsAgo", ago.count()}}}});
         if (rest.count() > 0) return true;
     } else if (read_ago && *read_ago < step->timeout) {
-        move(step->timeout - *read_ago, Hold::kRestart);  // read late: its full timeout from the read
+        move(step->timeout - *read_ago, StepHold::kRestart);  // read late: its full timeout from the read
         return true;
     }
     // Clock 2: every reply written before the deadline read by this engine's group?
     // Bounded by startTimeout from the command's publication, which moving the timer leaves be;
     // when Kafka cannot say (nullopt) the timeout fires as before.
     const auto caught_up = progress_.load()->CaughtUpAgo(sagas_.Config().consumer_group, sagas_.Config().replies_topic);
-    const bool can_wait =
-        !row[7].is_null() && std::chrono::milliseconds(row[7].as<std::int64_t>()) < step->StartTimeout();
+    const bool can_wait = clock->published_ago && *clock->published_ago < step->StartTimeout();
     if (can_wait && caught_up && *caught_up > overdue) {
-        move(std::chrono::milliseconds(500), Hold::kWaitForReplies);
+        move(std::chrono::milliseconds(500), StepHold::kWaitForReplies);
         return true;
     }
     return false;
@@ -201,7 +168,7 @@ bool TimerService::FireDeadline(pqxx::work& tx, const SagaDefinition& definition
     const std::string reason = "its deadline of " + FormatDuration(*definition.deadline) + " passed";
     const auto cancellation = commands_.CancelLocked(tx, definition, saga, reason);
     if (!cancellation.refused.empty()) {
-        store::Exec(tx, "UPDATE saga_instance SET deadline_at = NULL WHERE saga_id = $1::uuid", saga.saga_id);
+        ClearSagaDeadline(tx, saga.saga_id);
         RecordEvents(tx, saga.saga_id, {{"deadline-passed", {}, {}, 0, {}, {{"ignored", cancellation.refused}}}});
     }
     tx.commit();

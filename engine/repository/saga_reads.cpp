@@ -1,10 +1,13 @@
 #include <pqxx/pqxx>
 
 #include "core/definition_loader.hpp"
+#include "engine/engine.hpp"
 #include "engine/repository/saga_store.hpp"
+#include "store/prepared.hpp"
 
-// Reading a saga back: its view (state, steps, timeline), its pinned definition, and their
-// presentation as JSON and as a graph overlay.
+// Reading a saga back (its view: state, steps, timeline; its pinned definition; their JSON and
+// graph overlay), and the single-row statements of the services: a step's two clocks, a saga's
+// deadline, an idempotency key's saga, the outbox backlog, a definition's row.
 
 namespace sagaflow::detail {
 namespace {
@@ -137,6 +140,110 @@ nlohmann::json SagaJson(const SagaView& saga) {
     if (!saga.trace.tracestate.empty()) out["tracestate"] = saga.trace.tracestate;
     if (!saga.deadline_at.empty()) out["deadlineAt"] = saga.deadline_at;
     return out;
+}
+
+std::optional<StepClock> ReadStepClock(pqxx::transaction_base& tx,
+                                       const std::string& saga_id,
+                                       const std::string& step_name,
+                                       const std::string& phase,
+                                       int attempt,
+                                       std::chrono::milliseconds timeout) {
+    const auto rows = store::Exec(
+        tx,
+        "SELECT (extract(epoch FROM clock_timestamp() - coalesce(s.waiting_since, s.deadline_at - $4 * interval "
+        "'1 millisecond')) * 1000)::bigint, "
+        "(extract(epoch FROM clock_timestamp() - coalesce(s.timeout_due_at, s.deadline_at)) * 1000)::bigint, "
+        "s.waiting_since IS NOT NULL, o.published_at IS NOT NULL, o.topic, o.kafka_partition, o.kafka_offset, "
+        "(extract(epoch FROM clock_timestamp() - o.published_at) * 1000)::bigint "
+        "FROM saga_step s LEFT JOIN outbox o ON o.event_id = s.command_event_id "
+        "WHERE s.saga_id = $1::uuid AND s.step_name = $2 AND s.phase = $3 AND s.status = 'dispatched' "
+        "AND s.attempt = $5",
+        saga_id,
+        step_name,
+        phase,
+        timeout.count(),
+        attempt);
+    if (rows.empty()) return std::nullopt;
+    const auto& row = rows[0];
+    StepClock clock;
+    clock.since_dispatch = std::chrono::milliseconds(row[0].as<std::int64_t>());
+    clock.overdue = std::chrono::milliseconds(row[1].as<std::int64_t>());
+    clock.waiting = row[2].as<bool>();
+    clock.published = row[3].as<bool>();
+    if (!row[4].is_null()) clock.topic = row[4].as<std::string>();
+    if (!row[5].is_null()) clock.partition = row[5].as<int>();
+    if (!row[6].is_null()) clock.offset = row[6].as<std::int64_t>();
+    if (!row[7].is_null()) clock.published_ago = std::chrono::milliseconds(row[7].as<std::int64_t>());
+    return clock;
+}
+
+void MoveStepDeadline(pqxx::transaction_base& tx,
+                      const std::string& saga_id,
+                      const std::string& step_name,
+                      const std::string& phase,
+                      std::chrono::milliseconds delay,
+                      std::chrono::milliseconds timeout,
+                      StepHold hold) {
+    store::Exec(tx,
+                "UPDATE saga_step SET deadline_at = clock_timestamp() + $4 * interval '1 millisecond', "
+                "waiting_since = CASE $6::int WHEN 0 THEN coalesce(waiting_since, deadline_at - $5 * "
+                "interval '1 millisecond') WHEN 1 THEN waiting_since END, "
+                "timeout_due_at = CASE $6::int WHEN 1 THEN coalesce(timeout_due_at, deadline_at) END "
+                "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
+                saga_id,
+                step_name,
+                phase,
+                delay.count(),
+                timeout.count(),
+                static_cast<int>(hold));
+}
+
+void ClearSagaDeadline(pqxx::transaction_base& tx, const std::string& saga_id) {
+    store::Exec(tx, "UPDATE saga_instance SET deadline_at = NULL WHERE saga_id = $1::uuid", saga_id);
+}
+
+KeyedSaga FindByIdempotencyKey(pqxx::transaction_base& tx,
+                               const std::string& saga_type,
+                               const std::string& key,
+                               const std::string& input_json) {
+    const auto rows = store::Exec(tx,
+                                  "SELECT saga_id::text, input = $3::jsonb FROM saga_instance WHERE saga_type = $1 AND "
+                                  "idempotency_key = $2",
+                                  saga_type,
+                                  key,
+                                  input_json);
+    return {rows.at(0)[0].as<std::string>(), rows[0][1].as<bool>()};
+}
+
+std::int64_t CountOpenSagas(pqxx::transaction_base& tx) {
+    return tx.exec1("SELECT count(*) FROM saga_instance WHERE status IN ('running', 'compensating')")[0]
+        .as<std::int64_t>();
+}
+
+std::pair<long long, double> OutboxBacklog(pqxx::transaction_base& tx) {
+    const auto row = tx.exec1(
+        "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM outbox "
+        "WHERE published_at IS NULL");
+    return {row[0].as<long long>(), row[1].as<double>()};
+}
+
+void WriteDefinition(pqxx::transaction_base& tx, const SagaDefinition& definition, const std::string& source) {
+    tx.exec_params(
+        "INSERT INTO saga_definition (saga_type, version, hash, canonical, source) VALUES ($1, $2, $3, $4::jsonb, $5) "
+        "ON CONFLICT DO NOTHING",
+        definition.name,
+        definition.version,
+        definition.hash,
+        definition.Canonical().dump(),
+        source);
+    const auto row = tx.exec_params(
+        "SELECT hash FROM saga_definition WHERE saga_type = $1 AND version = $2", definition.name, definition.version);
+    if (!row.empty() && row[0][0].as<std::string>() != definition.hash) {
+        throw EngineError("saga '" + definition.name + "' version " + std::to_string(definition.version) +
+                          " is already in the database with other content (hash " + row[0][0].as<std::string>() +
+                          "). Hint: bump `version:` in the changed file; running sagas keep the version they "
+                          "started with");
+    }
 }
 
 }  // namespace sagaflow::detail

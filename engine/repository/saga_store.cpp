@@ -6,6 +6,7 @@
 
 #include "outbox/uuid.hpp"
 #include "outbox/writer.hpp"
+#include "store/array_columns.hpp"
 #include "store/prepared.hpp"
 #include "store/test_guards.hpp"
 
@@ -178,49 +179,64 @@ void WriteBatch::Record(const std::string& saga_id, TimelineRow row) {
 
 namespace {
 
-using Texts = std::vector<std::optional<std::string>>;
+using store::ArrayColumns;
+using store::ArrayStatement;
 
 std::optional<std::string> Nullable(const std::string& text) {
     return text.empty() ? std::nullopt : std::optional<std::string>(text);
 }
 
-// A timeline entry as six array columns from `first` on: kind, step, phase, attempt, event id,
-// detail (the columns of saga_event after its saga id).
-void AppendTimelineColumns(std::vector<Texts>& columns, std::size_t first, const TimelineRow& row) {
-    columns[first].emplace_back(row.kind);
-    columns[first + 1].push_back(Nullable(row.step_name));
-    columns[first + 2].push_back(Nullable(row.phase));
-    columns[first + 3].push_back(row.attempt > 0 ? std::optional<std::string>(std::to_string(row.attempt))
-                                                 : std::nullopt);
-    columns[first + 4].push_back(Nullable(row.event_id));
-    columns[first + 5].emplace_back(row.detail.is_null() ? std::string("{}") : row.detail.dump());
+const char* Bool(bool value) {
+    return value ? "t" : "f";
 }
 
-// New step phases as nine array columns from `first` on, for NewStepsSql.
+// A timeline entry's columns after its saga id (saga_event's kind, step, phase, attempt, event id,
+// detail).
+std::vector<ArrayColumns::Column> TimelineColumns() {
+    return {{"kind", "text"},
+            {"step_name", "text"},
+            {"phase", "text"},
+            {"attempt", "int"},
+            {"event_id", "uuid"},
+            {"detail", "text"}};
+}
+
+std::vector<ArrayColumns::Value> TimelineValues(const TimelineRow& row) {
+    return {row.kind,
+            Nullable(row.step_name),
+            Nullable(row.phase),
+            row.attempt > 0 ? std::optional<std::string>(std::to_string(row.attempt)) : std::nullopt,
+            Nullable(row.event_id),
+            row.detail.is_null() ? std::string("{}") : row.detail.dump()};
+}
+
+// New step phases with their commands' outbox rows, for NewStepsSql.
 template <typename NewStep>
-void AppendNewStepColumns(std::vector<Texts>& columns, std::size_t first, const std::vector<NewStep>& steps) {
+ArrayColumns NewStepColumns(const std::vector<NewStep>& steps) {
+    ArrayColumns columns{{{"saga_id", "uuid"},
+                          {"step_name", "text"},
+                          {"phase", "text"},
+                          {"timeout_ms", "bigint"},
+                          {"event_id", "uuid"},
+                          {"topic", "text"},
+                          {"message_key", "text"},
+                          {"headers", "text"},
+                          {"payload", "text"}}};
     for (const auto& n : steps) {
-        columns[first].emplace_back(n.saga_id);
-        columns[first + 1].emplace_back(n.step_name);
-        columns[first + 2].emplace_back(n.phase);
-        columns[first + 3].emplace_back(n.timeout_ms);
-        for (std::size_t i = 0; i < 5; ++i) columns[first + 4 + i].emplace_back(n.outbox.at(i));
+        std::vector<ArrayColumns::Value> row{n.saga_id, n.step_name, n.phase, n.timeout_ms};
+        for (std::size_t i = 0; i < 5; ++i) row.emplace_back(n.outbox.at(i));
+        columns.Add(std::move(row));
     }
+    return columns;
 }
 
-// Common table expressions `v` (the new phases, parameters $first..$first+8) and `step` (their
-// step rows, RETURNING the command event id of each row that was new), optionally only `if` a
-// condition holds. A step row is the dedup key of its phase: the outbox row goes in only with a
-// new step row (joined on `step`), in the order the decisions were made (the relay keeps each
-// key's order by id).
-std::string NewStepsSql(int first, const std::string& condition = "") {
-    std::string params;
-    for (const char* type : {"uuid", "text", "text", "bigint", "uuid", "text", "text", "text", "text"}) {
-        params += (params.empty() ? "$" : ", $") + std::to_string(first++) + "::" + type + "[]";
-    }
-    return "v AS (SELECT * FROM unnest(" + params +
-           ") WITH ORDINALITY AS u(saga_id, step_name, phase, timeout_ms, event_id, topic, message_key, headers, "
-           "payload, n)), "
+// Common table expressions `v` (the new phases) and `step` (their step rows, RETURNING the command
+// event id of each row that was new), optionally only `if` a condition holds. A step row is the
+// dedup key of its phase: the outbox row goes in only with a new step row (joined on `step`), in
+// the order the decisions were made (the relay keeps each key's order by id).
+std::string NewStepsSql(ArrayStatement& statement, const ArrayColumns& steps, const std::string& condition = "") {
+    return "v AS (SELECT * FROM " + statement.Unnest(steps, "u", true) +
+           "), "
            "step AS (INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
            "deadline_at) SELECT saga_id, step_name, phase, 'dispatched', 1, event_id, "
            "clock_timestamp() + timeout_ms * interval '1 millisecond' FROM v " +
@@ -236,61 +252,70 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
         sagas_.clear();  // no statement
         return latencies;
     }
-    // Everything queued in one statement (one round trip; three before): the answered phases, the
-    // new ones with their commands, the timeline and the saga rows. Its text is the same for any
-    // number of rows: the values travel as arrays, an empty part as empty arrays.
-    std::vector<Texts> columns(8 + 9 + 8 + 5);
+    // Everything queued in one statement (one round trip): the answered phases, the new ones with
+    // their commands, the timeline and the saga rows. Its text is the same for any number of
+    // rows: the values travel as arrays, an empty part as empty arrays.
+    ArrayColumns answered{{{"saga_id", "uuid"},
+                           {"step_name", "text"},
+                           {"phase", "text"},
+                           {"status", "text"},
+                           {"reply", "text"},
+                           {"open", "bool"},
+                           {"awaiting", "bool"},
+                           {"measure", "bool"}}};
     for (const auto& u : updates_) {
-        columns[0].emplace_back(u.saga_id);
-        columns[1].emplace_back(u.step_name);
-        columns[2].emplace_back(u.phase);
-        columns[3].emplace_back(u.status);
-        columns[4].push_back(u.reply);
-        columns[5].emplace_back(u.open ? "t" : "f");
-        columns[6].emplace_back(u.open && u.awaiting_retry ? "t" : "f");
-        columns[7].emplace_back(u.measure ? "t" : "f");
+        answered.Add({u.saga_id,
+                      u.step_name,
+                      u.phase,
+                      u.status,
+                      u.reply,
+                      Bool(u.open),
+                      Bool(u.open && u.awaiting_retry),
+                      Bool(u.measure)});
     }
-    AppendNewStepColumns(columns, 8, new_steps_);
+    auto timeline_columns = TimelineColumns();
+    timeline_columns.insert(timeline_columns.begin(), {"saga_id", "uuid"});
+    timeline_columns.push_back({"if_dispatched", "bool"});
+    ArrayColumns timeline{timeline_columns};
     for (const auto& e : timeline_) {
-        columns[17].push_back(Nullable(e.saga_id));
-        AppendTimelineColumns(columns, 18, e.row);
-        columns[24].emplace_back(e.if_dispatched ? "t" : "f");
+        auto row = TimelineValues(e.row);
+        row.insert(row.begin(), Nullable(e.saga_id));
+        row.emplace_back(Bool(e.if_dispatched));
+        timeline.Add(std::move(row));
     }
-    for (const auto& r : saga_rows_) {
-        columns[25].emplace_back(r.saga_id);
-        columns[26].emplace_back(r.status);
-        columns[27].emplace_back(r.current_step);
-        columns[28].emplace_back(r.data);
-        columns[29].push_back(r.parked_reason);
-    }
+    ArrayColumns sagas{{{"saga_id", "uuid"},
+                        {"status", "text"},
+                        {"current_step", "int"},
+                        {"data", "text"},
+                        {"parked_reason", "text"}}};
+    for (const auto& r : saga_rows_) sagas.Add({r.saga_id, r.status, r.current_step, r.data, r.parked_reason});
+
+    ArrayStatement statement;
     // A timeline entry that announces a dispatch goes in only if this statement's outbox row was
     // new (not if the phase was dispatched before: never twice).
-    const auto rows = store::ExecArrays(
-        tx,
+    std::string sql =
         "WITH answered AS (UPDATE saga_step s SET status = a.status, reply = a.reply::jsonb, "
         "completed_at = CASE WHEN a.open THEN NULL ELSE clock_timestamp() END, "
         "next_attempt_at = CASE WHEN a.awaiting THEN s.next_attempt_at END, "
-        "deadline_at = CASE WHEN a.open AND NOT a.awaiting THEN s.deadline_at END "
-        "FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bool[], $7::bool[], "
-        "$8::bool[]) AS a(saga_id, step_name, phase, status, reply, open, awaiting, measure) "
-        "WHERE s.saga_id = a.saga_id AND s.step_name = a.step_name AND s.phase = a.phase "
+        "deadline_at = CASE WHEN a.open AND NOT a.awaiting THEN s.deadline_at END FROM " +
+        statement.Unnest(answered, "a") +
+        " WHERE s.saga_id = a.saga_id AND s.step_name = a.step_name AND s.phase = a.phase "
         "RETURNING s.step_name, a.measure, extract(epoch FROM clock_timestamp() - s.dispatched_at)::float8 AS "
-        "seconds), " +
-            NewStepsSql(9) + ", dispatch AS (" +
-            outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
-            " RETURNING event_id), "
-            "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
-            "SELECT saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM "
-            "unnest($18::uuid[], $19::text[], $20::text[], $21::text[], $22::int[], $23::uuid[], $24::text[], "
-            "$25::bool[]) WITH ORDINALITY AS e(saga_id, kind, step_name, phase, attempt, event_id, detail, "
-            "if_dispatched, n) WHERE NOT e.if_dispatched OR e.event_id IN (SELECT event_id FROM dispatch) "
-            "ORDER BY n), "
-            "saga AS (UPDATE saga_instance s SET status = r.status, current_step = r.current_step, "
-            "data = r.data::jsonb, parked_reason = r.parked_reason, updated_at = clock_timestamp(), "
-            "version = s.version + 1 FROM unnest($26::uuid[], $27::text[], $28::int[], $29::text[], $30::text[]) "
-            "AS r(saga_id, status, current_step, data, parked_reason) WHERE s.saga_id = r.saga_id RETURNING 1) "
-            "SELECT step_name, measure, seconds FROM answered",
-        columns);
+        "seconds), ";
+    sql += NewStepsSql(statement, NewStepColumns(new_steps_));
+    sql += ", dispatch AS (" + outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
+           " RETURNING event_id), "
+           "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
+           "SELECT saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM " +
+           statement.Unnest(timeline, "e", true) +
+           " WHERE NOT e.if_dispatched OR e.event_id IN (SELECT event_id FROM dispatch) ORDER BY n), "
+           "saga AS (UPDATE saga_instance s SET status = r.status, current_step = r.current_step, "
+           "data = r.data::jsonb, parked_reason = r.parked_reason, updated_at = clock_timestamp(), "
+           "version = s.version + 1 FROM " +
+           statement.Unnest(sagas, "r") +
+           " WHERE s.saga_id = r.saga_id RETURNING 1) "
+           "SELECT step_name, measure, seconds FROM answered";
+    const auto rows = statement.Exec(tx, sql);
     for (const auto& row : rows) {
         if (row[1].as<bool>()) latencies.emplace_back(row[0].as<std::string>(), row[2].as<double>());
     }
@@ -304,50 +329,59 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
 
 bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) {
     const SagaRow& row = saga_rows_.at(0);
-    std::vector<Texts> columns{
-        {row.saga_id},
-        {saga.saga_type},
-        {std::to_string(saga.definition_version)},
-        {saga.definition_hash},
-        {row.status},
-        {row.current_step},
-        {row.data},
-        {row.parked_reason},
-        {saga.input},
-        {saga.idempotency_key},
-        {saga.traceparent.empty() ? std::nullopt : std::optional<std::string>(saga.traceparent)},
-        {saga.tracestate.empty() ? std::nullopt : std::optional<std::string>(saga.tracestate)},
-        {saga.deadline_ms ? std::optional<std::string>(std::to_string(*saga.deadline_ms)) : std::nullopt}};
-    columns.resize(columns.size() + 6 + 9);
+    ArrayColumns saga_row{{{"s", "uuid"},
+                           {"t", "text"},
+                           {"v", "int"},
+                           {"h", "text"},
+                           {"st", "text"},
+                           {"c", "int"},
+                           {"d", "text"},
+                           {"p", "text"},
+                           {"i", "text"},
+                           {"k", "text"},
+                           {"tp", "text"},
+                           {"ts", "text"},
+                           {"dl", "bigint"}}};
+    saga_row.Add({row.saga_id,
+                  saga.saga_type,
+                  std::to_string(saga.definition_version),
+                  saga.definition_hash,
+                  row.status,
+                  row.current_step,
+                  row.data,
+                  row.parked_reason,
+                  saga.input,
+                  saga.idempotency_key,
+                  Nullable(saga.traceparent),
+                  Nullable(saga.tracestate),
+                  saga.deadline_ms ? std::optional<std::string>(std::to_string(*saga.deadline_ms)) : std::nullopt});
     // A new saga's dispatches are all new: every entry goes in.
-    for (const auto& e : timeline_) AppendTimelineColumns(columns, 13, e.row);
-    AppendNewStepColumns(columns, 19, new_steps_);
-    // version 1 and updated_at as the start's UPDATE used to leave them. Its first step rows and
-    // their commands in the same statement, only with the saga row.
-    const auto inserted = store::ExecArrays(
-        tx,
+    ArrayColumns timeline{TimelineColumns()};
+    for (const auto& e : timeline_) timeline.Add(TimelineValues(e.row));
+    ArrayStatement statement;
+    // The saga row with its first state (version 1, updated now), its timeline, and its first step
+    // rows with their commands, in one statement; the steps only if the saga row went in (its
+    // idempotency key was free).
+    std::string sql =
         "WITH saga AS (INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, "
         "current_step, data, parked_reason, input, idempotency_key, traceparent, tracestate, deadline_at, "
         "updated_at, version) SELECT s, t, v, h, st, c, d::jsonb, p, i::jsonb, k, tp, ts, clock_timestamp() + dl * "
-        "interval '1 millisecond', clock_timestamp(), 1 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], "
-        "$5::text[], $6::int[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], "
-        "$13::bigint[]) AS u(s, t, v, h, st, c, d, p, i, k, tp, ts, dl) "
-        "ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING saga_id), "
+        "interval '1 millisecond', clock_timestamp(), 1 FROM " +
+        statement.Unnest(saga_row, "u") +
+        " ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING saga_id), "
         "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
-        "SELECT saga.saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM saga, "
-        "unnest($14::text[], $15::text[], $16::text[], $17::int[], $18::uuid[], $19::text[]) WITH ORDINALITY AS "
-        "e(kind, step_name, phase, attempt, event_id, detail, n) ORDER BY n), " +
-            NewStepsSql(20, "EXISTS (SELECT FROM saga)") + ", dispatch AS (" +
-            outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
-            " RETURNING 1) SELECT count(*) FROM saga",
-        columns);
+        "SELECT saga.saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM saga, " +
+        statement.Unnest(timeline, "e", true) + " ORDER BY n), ";
+    sql += NewStepsSql(statement, NewStepColumns(new_steps_), "EXISTS (SELECT FROM saga)");
+    sql += ", dispatch AS (" + outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
+           " RETURNING 1) SELECT count(*) FROM saga";
+    const auto inserted = statement.Exec(tx, sql);
     saga_rows_.clear();
     timeline_.clear();
     new_steps_.clear();
     if (inserted[0][0].as<int>() == 1) return true;
     sagas_.clear();
     updates_.clear();
-    new_steps_.clear();
     return false;
 }
 

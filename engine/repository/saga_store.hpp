@@ -174,6 +174,62 @@ std::string OpenSagasStatement();
 // Time until the earliest pending deadline or retry (zero if one is due); nullopt if none pends.
 std::optional<std::chrono::milliseconds> NextTimer(pqxx::transaction_base& tx);
 
+// A step attempt's two clocks (TimerService::HoldTimeout), read with its command's outbox row.
+struct StepClock {
+    std::chrono::milliseconds since_dispatch{0};  // since the attempt was dispatched
+    std::chrono::milliseconds overdue{0};         // past the deadline replies must be read up to
+    bool waiting = false;                         // waiting for its participant to read the command
+    bool published = false;                       // the command left the outbox
+    std::string topic;                            // where the relay put it, once published
+    std::optional<int> partition;
+    std::int64_t offset = -1;
+    std::optional<std::chrono::milliseconds> published_ago;
+};
+// nullopt when the attempt is not the dispatched one (answered, or a newer attempt runs).
+std::optional<StepClock> ReadStepClock(pqxx::transaction_base& tx,
+                                       const std::string& saga_id,
+                                       const std::string& step_name,
+                                       const std::string& phase,
+                                       int attempt,
+                                       std::chrono::milliseconds timeout);
+
+// How a held step timeout moves (MoveStepDeadline): kWaitForRead — the command is unread
+// (waiting_since: the attempt's dispatch, set once); kWaitForReplies — replies are unread, or the
+// group follower has not looked yet (timeout_due_at: the deadline they must be read up to, set
+// once); kRestart — read late, the timeout counts anew from the read (both cleared).
+enum class StepHold { kWaitForRead = 0, kWaitForReplies = 1, kRestart = 2 };
+void MoveStepDeadline(pqxx::transaction_base& tx,
+                      const std::string& saga_id,
+                      const std::string& step_name,
+                      const std::string& phase,
+                      std::chrono::milliseconds delay,
+                      std::chrono::milliseconds timeout,
+                      StepHold hold);
+
+// A saga's deadline that passed after its point of no return no longer applies.
+void ClearSagaDeadline(pqxx::transaction_base& tx, const std::string& saga_id);
+
+// The saga an idempotency key started, and whether it was started with `input` (jsonb equality:
+// key order and whitespace do not matter).
+struct KeyedSaga {
+    std::string saga_id;
+    bool same_input = false;
+};
+KeyedSaga FindByIdempotencyKey(pqxx::transaction_base& tx,
+                               const std::string& saga_type,
+                               const std::string& key,
+                               const std::string& input_json);
+
+// Sagas running or compensating.
+std::int64_t CountOpenSagas(pqxx::transaction_base& tx);
+
+// Unpublished outbox rows and the age of the oldest, in seconds.
+std::pair<long long, double> OutboxBacklog(pqxx::transaction_base& tx);
+
+// Writes a definition to saga_definition (nothing if it is there); throws EngineError when the
+// database holds the same name and version with other content.
+void WriteDefinition(pqxx::transaction_base& tx, const SagaDefinition& definition, const std::string& source);
+
 std::optional<machine::Phase> ParsePhase(std::string_view text);
 
 // Re-opens the phase that made the locked, parked saga give up (its most recent failed phase):
