@@ -100,7 +100,7 @@ using Command = std::variant<Dispatch, ScheduleRetry, Finish>;
 struct Decision {
     SagaState state;
     std::vector<Command> commands;
-    std::string ignored;  // non-empty: the event changed nothing, and why (duplicate, stale, ...)
+    std::optional<std::string> ignored;  // set: the event changed nothing, and why (duplicate, stale, ...)
 };
 
 Decision Decide(const SagaDefinition& definition, const SagaState& state, const Event& event);

@@ -80,7 +80,7 @@ void ReplyHandler::OnReply(pqxx::work& tx,
     reply.outcome = outcome;
     reply.data = e.data;
     const auto decision = machine::Decide(*definition, saga->state, reply);
-    if (!decision.ignored.empty()) return ignore(saga->saga_id, decision.ignored);
+    if (decision.ignored) return ignore(saga->saga_id, *decision.ignored);
     const auto effects =
         sagas_.Persist(tx,
                        *definition,

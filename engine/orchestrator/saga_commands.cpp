@@ -197,8 +197,8 @@ SagaCommands::Cancellation SagaCommands::CancelLocked(pqxx::work& tx,
     Cancellation c;
     const auto decision = machine::Decide(definition, saga.state, machine::Cancel{reason});
     c.status = decision.state.status;
-    if (!decision.ignored.empty()) {
-        c.refused = decision.ignored;
+    if (decision.ignored) {
+        c.refused = *decision.ignored;
         return c;
     }
     c.step = definition.steps[saga.state.current_step].name;

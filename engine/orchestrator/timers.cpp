@@ -55,7 +55,7 @@ bool TimerService::Fire(pqxx::connection& conn, const DueTimer& timer) {
     machine::Event event = machine::Timeout{timer.step_name, timer.phase, timer.attempt};
     if (timer.retry) event = machine::RetryDue{timer.step_name, timer.phase, timer.attempt + 1};
     const auto decision = machine::Decide(*definition, saga->state, event);
-    if (!decision.ignored.empty()) return false;  // another engine fired it first
+    if (decision.ignored) return false;  // another engine fired it first
     std::vector<TimelineRow> timeline;
     if (!timer.retry) {
         timeline.push_back(

@@ -142,7 +142,7 @@ TEST_CASE("timeouts: durable retries with backoff and the same command, then com
     REQUIRE(retry.commands.size() == 1);
     CHECK(std::get<ScheduleRetry>(retry.commands[0]).attempt == 2);
     CHECK(std::get<ScheduleRetry>(retry.commands[0]).delay == std::chrono::milliseconds(100));
-    CHECK(!run(Timeout{"charge-payment", Phase::kAction, 1}).ignored.empty());  // the same deadline again
+    CHECK(run(Timeout{"charge-payment", Phase::kAction, 1}).ignored.has_value());  // the same deadline again
     const auto& resend = OnlyDispatch(run(RetryDue{"charge-payment", Phase::kAction, 2}));
     CHECK(resend.attempt == 2);
     run(Timeout{"charge-payment", Phase::kAction, 2});
