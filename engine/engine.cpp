@@ -331,7 +331,8 @@ StartResult Engine::StartSaga(const std::string& saga_type,
 }
 
 std::optional<SagaView> Engine::GetSaga(const std::string& saga_id) {
-    return impl_->Commands().Get(saga_id);
+    const auto id = SagaId::Parse(saga_id);
+    return id ? impl_->Commands().Get(*id) : std::nullopt;
 }
 
 EngineMetrics Engine::Metrics() const {
@@ -343,15 +344,18 @@ SagaPage Engine::ListSagas(const ListQuery& query) {
 }
 
 RetryResult Engine::RetrySaga(const std::string& saga_id) {
-    return impl_->Commands().Retry(saga_id);
+    const auto id = SagaId::Parse(saga_id);
+    return id ? impl_->Commands().Retry(*id) : detail::SagaCommands::NoSaga<RetryResult>(saga_id);
 }
 
 std::optional<std::string> Engine::SagaGraph(const std::string& saga_id, GraphFormat format) {
-    return impl_->Commands().Graph(saga_id, format);
+    const auto id = SagaId::Parse(saga_id);
+    return id ? impl_->Commands().Graph(*id, format) : std::nullopt;
 }
 
 CancelResult Engine::CancelSaga(const std::string& saga_id, const std::string& reason) {
-    return impl_->Commands().Cancel(saga_id, reason);
+    const auto id = SagaId::Parse(saga_id);
+    return id ? impl_->Commands().Cancel(*id, reason) : detail::SagaCommands::NoSaga<CancelResult>(saga_id);
 }
 
 EngineGauges Engine::ReadGauges() {

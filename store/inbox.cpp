@@ -3,6 +3,7 @@
 #include <pqxx/pqxx>
 #include <stdexcept>
 
+#include "core/saga_id.hpp"
 #include "store/prepared.hpp"
 
 namespace sagaflow::store {
@@ -21,13 +22,7 @@ void PrepareInbox(pqxx::connection_base& conn) {
 }
 
 bool IsUuid(const std::string& text) {
-    if (text.size() != 36) return false;
-    for (std::size_t i = 0; i < text.size(); ++i) {
-        const char c = text[i];
-        const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-        if (dash ? c != '-' : !std::isxdigit(static_cast<unsigned char>(c))) return false;
-    }
-    return true;
+    return IsUuidText(text);
 }
 
 bool InboxFirstTime(pqxx::transaction_base& tx, const std::string& consumer, const std::string& event_id) {

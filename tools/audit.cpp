@@ -82,6 +82,184 @@ void CheckCompensations(pqxx::transaction_base& tx, AuditCheck& check) {
     }
 }
 
+// Schema names reach the SQL as quoted identifiers (Name) and, in messages, as quoted literals
+// (Literal): a name with a quote or a semicolon is just a name.
+std::string Name(pqxx::transaction_base& tx, const std::string& schema) {
+    return tx.quote_name(schema);
+}
+
+std::string Literal(pqxx::transaction_base& tx, const std::string& text) {
+    return tx.quote(text);
+}
+
+AuditCheck TerminalOrLive(pqxx::transaction_base& tx, const std::string& grace) {
+    AuditCheck terminal{"terminal-or-live", "every saga is terminal, or open with a live deadline or retry", 0, {}};
+    Collect(tx,
+            terminal,
+            "SELECT i.saga_id::text, 'open (' || i.status || ') with no live deadline or retry' FROM saga_instance i "
+            "WHERE i.status IN ('running', 'compensating') AND NOT EXISTS (SELECT 1 FROM saga_step s WHERE s.saga_id = "
+            "i.saga_id AND s.status = 'dispatched' AND coalesce(s.next_attempt_at, s.deadline_at) > now() - " +
+                grace + " * interval '1 second')");
+    return terminal;
+}
+
+AuditCheck DispatchOnce(pqxx::transaction_base& tx) {
+    AuditCheck dispatch{"dispatch-once", "each (saga, step, phase) is dispatched at most once, as one event id", 0, {}};
+    Collect(
+        tx,
+        dispatch,
+        "SELECT message_key, 'step ' || (payload->>'stepname') || ' ' || (payload->>'phase') || ' dispatched as ' || "
+        "count(DISTINCT event_id) || ' events' FROM outbox WHERE topic LIKE '%.commands' AND payload ? 'stepname' "
+        "GROUP BY message_key, payload->>'stepname', payload->>'phase' HAVING count(DISTINCT event_id) > 1 "
+        "UNION ALL SELECT saga_id::text, 'step ' || step_name || ' ' || phase || ' has ' || count(*) || ' dispatch "
+        "entries' FROM saga_event WHERE kind = 'dispatched' GROUP BY saga_id, step_name, phase HAVING count(*) > 1 "
+        "UNION ALL SELECT s.saga_id::text, 'step ' || s.step_name || ' ' || s.phase || ' has no outbox row' FROM "
+        "saga_step s WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = s.command_event_id) AND "
+        // The sweeper deletes a command's row a TTL (at least store::kMinTtl) after its step ended.
+        "(s.completed_at IS NULL OR s.completed_at >= now() - interval '" +
+            std::to_string(store::kMinTtl.count()) + " hours')");
+    return dispatch;
+}
+
+AuditCheck ApplyOnce(pqxx::transaction_base& tx, const std::vector<std::string>& participant_schemas) {
+    const auto q = [&](const std::string& schema) { return Name(tx, schema); };
+    const auto l = [&](const std::string& text) { return Literal(tx, text); };
+    AuditCheck apply{"apply-once",
+                     "each reply and each command is applied at most once, with its inbox record in the same commit",
+                     0,
+                     {}};
+    Collect(tx,
+            apply,
+            "SELECT saga_id::text, 'reply ' || event_id || ' applied ' || count(*) || ' times' FROM saga_event WHERE "
+            "kind = 'reply' GROUP BY saga_id, event_id HAVING count(*) > 1 "
+            "UNION ALL SELECT e.saga_id::text, 'reply ' || e.event_id || ' applied without an inbox record' FROM "
+            "saga_event e WHERE e.kind = 'reply' AND NOT EXISTS (SELECT 1 FROM processed_event p WHERE p.event_id = "
+            "e.event_id)");
+    for (const auto& schema : participant_schemas) {
+        Collect(tx,
+                apply,
+                "SELECT ps.saga_id::text, " + l(schema + ": ") + " || ps.step_name || ' ' || ps.phase || " +
+                    "' applied without an inbox record of its command' FROM " + q(schema) +
+                    ".participant_step ps WHERE ps.status IN ('succeeded', 'failed') AND ps.command_event_id IS NOT "
+                    "NULL AND NOT EXISTS (SELECT 1 FROM " +
+                    q(schema) +
+                    ".processed_event pe WHERE pe.event_id = ps.command_event_id) "
+                    "UNION ALL SELECT ps.saga_id::text, " +
+                    l(schema + ": applied command ") +
+                    " || ps.command_event_id || ', not the engine''s command of ' || ps.step_name "
+                    "|| ' ' || ps.phase FROM " +
+                    q(schema) +
+                    ".participant_step ps JOIN saga_step s ON s.saga_id = ps.saga_id AND s.step_name = ps.step_name "
+                    "AND s.phase = ps.phase WHERE ps.command_event_id <> s.command_event_id");
+    }
+    return apply;
+}
+
+AuditCheck NoHanging(pqxx::transaction_base& tx, const std::vector<std::string>& participant_schemas) {
+    const auto q = [&](const std::string& schema) { return Name(tx, schema); };
+    const auto l = [&](const std::string& text) { return Literal(tx, text); };
+    AuditCheck hanging{"no-hanging",
+                       "no compensation ran without its action (unless a null compensation), no action after its "
+                       "compensation",
+                       0,
+                       {}};
+    for (const auto& schema : participant_schemas) {
+        const std::string t = q(schema) + ".participant_step";
+        Collect(tx,
+                hanging,
+                "SELECT c.saga_id::text, " + l(schema + ": compensation of ") +
+                    " || c.step_name || ' ran without its "
+                    "action' FROM " +
+                    t +
+                    " c WHERE c.phase = 'compensation' AND c.status = 'succeeded' AND NOT EXISTS "
+                    "(SELECT 1 FROM " +
+                    t +
+                    " a WHERE a.saga_id = c.saga_id AND a.step_name = c.step_name AND a.phase = "
+                    "'action' AND a.status = 'succeeded' AND a.applied_at <= c.applied_at) "
+                    "UNION ALL SELECT a.saga_id::text, " +
+                    l(schema + ": action ") +
+                    " || a.step_name || ' landed after its "
+                    "compensation' FROM " +
+                    t + " a JOIN " + t +
+                    " c ON c.saga_id = a.saga_id AND c.step_name = "
+                    "a.step_name AND c.phase = 'compensation' WHERE a.phase = 'action' AND a.status = 'succeeded' AND "
+                    "a.applied_at > c.applied_at");
+    }
+    return hanging;
+}
+
+AuditCheck OutboxPublished(pqxx::transaction_base& tx,
+                           const std::vector<std::string>& participant_schemas,
+                           const std::string& grace) {
+    const auto q = [&](const std::string& schema) { return Name(tx, schema); };
+    const auto l = [&](const std::string& text) { return Literal(tx, text); };
+    // A resend re-arms its row (outbox::Rearm: due at once, next_attempt_at = now()): it is late
+    // only once it waited longer than the grace since then, however old the row. A row whose
+    // publication failed and backs off stays measured from its creation.
+    static const std::string kRearmed = "(attempts > 0 AND last_error IS NULL AND next_attempt_at IS NOT NULL)";
+    AuditCheck outbox{"outbox", "every outbox row is published; no event id stands for two payloads", 0, {}};
+    std::vector<std::string> outboxes{"outbox"};
+    for (const auto& schema : participant_schemas) outboxes.push_back(q(schema) + ".outbox");
+    std::string all;
+    for (const auto& table : outboxes) {
+        Collect(tx,
+                outbox,
+                "SELECT message_key, " + l(table + " row ") + " || event_id || ' unpublished ' || CASE WHEN " +
+                    kRearmed +
+                    " THEN round(extract(epoch FROM now() - next_attempt_at)) || ' s after it was re-armed "
+                    "(a resend after ' || attempts || ' publication(s))' ELSE 'since it was created ' || "
+                    "round(extract(epoch FROM now() - created_at)) || ' s ago' || CASE WHEN last_error IS NOT NULL "
+                    "THEN ' (' || attempts || ' failed attempt(s): ' || last_error || ')' ELSE '' END END FROM " +
+                    table + " WHERE published_at IS NULL AND CASE WHEN " + kRearmed +
+                    " THEN next_attempt_at ELSE created_at END < now() - " + grace + " * interval '1 second'");
+        all += (all.empty() ? "" : " UNION ALL ") + std::string("SELECT event_id, payload::text AS p FROM ") + table;
+    }
+    Collect(tx,
+            outbox,
+            "SELECT NULL, 'event ' || event_id || ' stands for ' || count(DISTINCT p) || ' payloads' FROM (" + all +
+                ") e GROUP BY event_id HAVING count(DISTINCT p) > 1");
+    return outbox;
+}
+
+AuditCheck Money(pqxx::transaction_base& tx, const std::string& payments_schema) {
+    const auto q = [&](const std::string& schema) { return Name(tx, schema); };
+    const std::string pay = q(payments_schema) + ".payment";
+    const std::string refund = q(payments_schema) + ".refund";
+    AuditCheck money{"money",
+                     "one payment per (provider, external id) and per saga; every refund matches a charge of its "
+                     "saga; compensated sagas refunded, completed ones not",
+                     0,
+                     {}};
+    Collect(tx,
+            money,
+            "SELECT min(saga_id::text), 'payment ' || payment_provider || '/' || external_payment_id || ' charged "
+            "' || count(*) || ' times' FROM " +
+                pay +
+                " GROUP BY payment_provider, external_payment_id HAVING "
+                "count(*) > 1 "
+                "UNION ALL SELECT saga_id::text, count(*) || ' payments for one saga' FROM " +
+                pay +
+                " GROUP BY "
+                "saga_id HAVING count(*) > 1 "
+                "UNION ALL SELECT r.saga_id::text, 'refund of payment ' || r.payment_id || ' matches no charge of its "
+                "saga' FROM " +
+                refund + " r LEFT JOIN " + pay +
+                " p ON p.payment_id = r.payment_id WHERE "
+                "p.payment_id IS NULL OR p.saga_id <> r.saga_id "
+                "UNION ALL SELECT p.saga_id::text, 'charge of a compensated saga not refunded' FROM " +
+                pay +
+                " p JOIN "
+                "saga_instance i ON i.saga_id = p.saga_id WHERE i.status = 'compensated' AND NOT EXISTS (SELECT 1 "
+                "FROM " +
+                refund +
+                " r WHERE r.payment_id = p.payment_id) "
+                "UNION ALL SELECT r.saga_id::text, 'refund in a saga that completed' FROM " +
+                refund +
+                " r JOIN "
+                "saga_instance i ON i.saga_id = r.saga_id WHERE i.status = 'completed'");
+    return money;
+}
+
 }  // namespace
 
 bool AuditReport::Ok() const {
@@ -118,66 +296,9 @@ AuditReport AuditBlocking(const AuditOptions& options) {
     AuditReport report;
     report.sagas = tx.exec1("SELECT count(*) FROM saga_instance")[0].as<long long>();
     const std::string grace = std::to_string(options.grace.count());
-    // Schema names reach the SQL as quoted identifiers (q) and, in messages, as quoted literals (l):
-    // a name with a quote or a semicolon is just a name.
-    const auto q = [&](const std::string& schema) { return tx.quote_name(schema); };
-    const auto l = [&](const std::string& text) { return tx.quote(text); };
-
-    AuditCheck terminal{"terminal-or-live", "every saga is terminal, or open with a live deadline or retry", 0, {}};
-    Collect(tx,
-            terminal,
-            "SELECT i.saga_id::text, 'open (' || i.status || ') with no live deadline or retry' FROM saga_instance i "
-            "WHERE i.status IN ('running', 'compensating') AND NOT EXISTS (SELECT 1 FROM saga_step s WHERE s.saga_id = "
-            "i.saga_id AND s.status = 'dispatched' AND coalesce(s.next_attempt_at, s.deadline_at) > now() - " +
-                grace + " * interval '1 second')");
-    report.checks.push_back(std::move(terminal));
-
-    AuditCheck dispatch{"dispatch-once", "each (saga, step, phase) is dispatched at most once, as one event id", 0, {}};
-    Collect(
-        tx,
-        dispatch,
-        "SELECT message_key, 'step ' || (payload->>'stepname') || ' ' || (payload->>'phase') || ' dispatched as ' || "
-        "count(DISTINCT event_id) || ' events' FROM outbox WHERE topic LIKE '%.commands' AND payload ? 'stepname' "
-        "GROUP BY message_key, payload->>'stepname', payload->>'phase' HAVING count(DISTINCT event_id) > 1 "
-        "UNION ALL SELECT saga_id::text, 'step ' || step_name || ' ' || phase || ' has ' || count(*) || ' dispatch "
-        "entries' FROM saga_event WHERE kind = 'dispatched' GROUP BY saga_id, step_name, phase HAVING count(*) > 1 "
-        "UNION ALL SELECT s.saga_id::text, 'step ' || s.step_name || ' ' || s.phase || ' has no outbox row' FROM "
-        "saga_step s WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = s.command_event_id) AND "
-        // The sweeper deletes a command's row a TTL (at least store::kMinTtl) after its step ended.
-        "(s.completed_at IS NULL OR s.completed_at >= now() - interval '" +
-            std::to_string(store::kMinTtl.count()) + " hours')");
-    report.checks.push_back(std::move(dispatch));
-
-    AuditCheck apply{"apply-once",
-                     "each reply and each command is applied at most once, with its inbox record in the same commit",
-                     0,
-                     {}};
-    Collect(tx,
-            apply,
-            "SELECT saga_id::text, 'reply ' || event_id || ' applied ' || count(*) || ' times' FROM saga_event WHERE "
-            "kind = 'reply' GROUP BY saga_id, event_id HAVING count(*) > 1 "
-            "UNION ALL SELECT e.saga_id::text, 'reply ' || e.event_id || ' applied without an inbox record' FROM "
-            "saga_event e WHERE e.kind = 'reply' AND NOT EXISTS (SELECT 1 FROM processed_event p WHERE p.event_id = "
-            "e.event_id)");
-    for (const auto& schema : options.participant_schemas) {
-        Collect(tx,
-                apply,
-                "SELECT ps.saga_id::text, " + l(schema + ": ") + " || ps.step_name || ' ' || ps.phase || " +
-                    "' applied without an inbox record of its command' FROM " + q(schema) +
-                    ".participant_step ps WHERE ps.status IN ('succeeded', 'failed') AND ps.command_event_id IS NOT "
-                    "NULL AND NOT EXISTS (SELECT 1 FROM " +
-                    q(schema) +
-                    ".processed_event pe WHERE pe.event_id = ps.command_event_id) "
-                    "UNION ALL SELECT ps.saga_id::text, " +
-                    l(schema + ": applied command ") +
-                    " || ps.command_event_id || ', not the engine''s command of ' || ps.step_name "
-                    "|| ' ' || ps.phase FROM " +
-                    q(schema) +
-                    ".participant_step ps JOIN saga_step s ON s.saga_id = ps.saga_id AND s.step_name = ps.step_name "
-                    "AND s.phase = ps.phase WHERE ps.command_event_id <> s.command_event_id");
-    }
-    report.checks.push_back(std::move(apply));
-
+    report.checks.push_back(TerminalOrLive(tx, grace));
+    report.checks.push_back(DispatchOnce(tx));
+    report.checks.push_back(ApplyOnce(tx, options.participant_schemas));
     AuditCheck compensation{
         "compensation",
         "a compensated saga compensated each step that took effect exactly once, newest first; a completed one none",
@@ -185,101 +306,9 @@ AuditReport AuditBlocking(const AuditOptions& options) {
         {}};
     CheckCompensations(tx, compensation);
     report.checks.push_back(std::move(compensation));
-
-    AuditCheck hanging{"no-hanging",
-                       "no compensation ran without its action (unless a null compensation), no action after its "
-                       "compensation",
-                       0,
-                       {}};
-    for (const auto& schema : options.participant_schemas) {
-        const std::string t = q(schema) + ".participant_step";
-        Collect(tx,
-                hanging,
-                "SELECT c.saga_id::text, " + l(schema + ": compensation of ") +
-                    " || c.step_name || ' ran without its "
-                    "action' FROM " +
-                    t +
-                    " c WHERE c.phase = 'compensation' AND c.status = 'succeeded' AND NOT EXISTS "
-                    "(SELECT 1 FROM " +
-                    t +
-                    " a WHERE a.saga_id = c.saga_id AND a.step_name = c.step_name AND a.phase = "
-                    "'action' AND a.status = 'succeeded' AND a.applied_at <= c.applied_at) "
-                    "UNION ALL SELECT a.saga_id::text, " +
-                    l(schema + ": action ") +
-                    " || a.step_name || ' landed after its "
-                    "compensation' FROM " +
-                    t + " a JOIN " + t +
-                    " c ON c.saga_id = a.saga_id AND c.step_name = "
-                    "a.step_name AND c.phase = 'compensation' WHERE a.phase = 'action' AND a.status = 'succeeded' AND "
-                    "a.applied_at > c.applied_at");
-    }
-    report.checks.push_back(std::move(hanging));
-
-    // A resend re-arms its row (outbox::Rearm: due at once, next_attempt_at = now()): it is late
-    // only once it waited longer than the grace since then, however old the row. A row whose
-    // publication failed and backs off stays measured from its creation.
-    static const std::string kRearmed = "(attempts > 0 AND last_error IS NULL AND next_attempt_at IS NOT NULL)";
-    AuditCheck outbox{"outbox", "every outbox row is published; no event id stands for two payloads", 0, {}};
-    std::vector<std::string> outboxes{"outbox"};
-    for (const auto& schema : options.participant_schemas) outboxes.push_back(q(schema) + ".outbox");
-    std::string all;
-    for (const auto& table : outboxes) {
-        Collect(tx,
-                outbox,
-                "SELECT message_key, " + l(table + " row ") + " || event_id || ' unpublished ' || CASE WHEN " +
-                    kRearmed +
-                    " THEN round(extract(epoch FROM now() - next_attempt_at)) || ' s after it was re-armed "
-                    "(a resend after ' || attempts || ' publication(s))' ELSE 'since it was created ' || "
-                    "round(extract(epoch FROM now() - created_at)) || ' s ago' || CASE WHEN last_error IS NOT NULL "
-                    "THEN ' (' || attempts || ' failed attempt(s): ' || last_error || ')' ELSE '' END END FROM " +
-                    table + " WHERE published_at IS NULL AND CASE WHEN " + kRearmed +
-                    " THEN next_attempt_at ELSE created_at END < now() - " + grace + " * interval '1 second'");
-        all += (all.empty() ? "" : " UNION ALL ") + std::string("SELECT event_id, payload::text AS p FROM ") + table;
-    }
-    Collect(tx,
-            outbox,
-            "SELECT NULL, 'event ' || event_id || ' stands for ' || count(DISTINCT p) || ' payloads' FROM (" + all +
-                ") e GROUP BY event_id HAVING count(DISTINCT p) > 1");
-    report.checks.push_back(std::move(outbox));
-
-    if (!options.payments_schema.empty()) {
-        const std::string pay = q(options.payments_schema) + ".payment";
-        const std::string refund = q(options.payments_schema) + ".refund";
-        AuditCheck money{"money",
-                         "one payment per (provider, external id) and per saga; every refund matches a charge of its "
-                         "saga; compensated sagas refunded, completed ones not",
-                         0,
-                         {}};
-        Collect(
-            tx,
-            money,
-            "SELECT min(saga_id::text), 'payment ' || payment_provider || '/' || external_payment_id || ' charged "
-            "' || count(*) || ' times' FROM " +
-                pay +
-                " GROUP BY payment_provider, external_payment_id HAVING "
-                "count(*) > 1 "
-                "UNION ALL SELECT saga_id::text, count(*) || ' payments for one saga' FROM " +
-                pay +
-                " GROUP BY "
-                "saga_id HAVING count(*) > 1 "
-                "UNION ALL SELECT r.saga_id::text, 'refund of payment ' || r.payment_id || ' matches no charge of its "
-                "saga' FROM " +
-                refund + " r LEFT JOIN " + pay +
-                " p ON p.payment_id = r.payment_id WHERE "
-                "p.payment_id IS NULL OR p.saga_id <> r.saga_id "
-                "UNION ALL SELECT p.saga_id::text, 'charge of a compensated saga not refunded' FROM " +
-                pay +
-                " p JOIN "
-                "saga_instance i ON i.saga_id = p.saga_id WHERE i.status = 'compensated' AND NOT EXISTS (SELECT 1 "
-                "FROM " +
-                refund +
-                " r WHERE r.payment_id = p.payment_id) "
-                "UNION ALL SELECT r.saga_id::text, 'refund in a saga that completed' FROM " +
-                refund +
-                " r JOIN "
-                "saga_instance i ON i.saga_id = r.saga_id WHERE i.status = 'completed'");
-        report.checks.push_back(std::move(money));
-    }
+    report.checks.push_back(NoHanging(tx, options.participant_schemas));
+    report.checks.push_back(OutboxPublished(tx, options.participant_schemas, grace));
+    if (!options.payments_schema.empty()) report.checks.push_back(Money(tx, options.payments_schema));
     return report;
 }
 

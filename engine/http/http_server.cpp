@@ -474,14 +474,16 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
         case Endpoint::kStartSaga:
             return StartSaga(request, id, client);
         case Endpoint::kGetSaga: {
-            const auto saga = store::IsUuid(id) ? sagas_.Get(id) : std::nullopt;
+            const auto saga_id = SagaId::Parse(id);
+            const auto saga = saga_id ? sagas_.Get(*saga_id) : std::nullopt;
             if (!saga) return Problem(404, "saga-not-found", "Saga not found", "no saga " + id);
             return Json(200, SagaJson(*saga));
         }
         case Endpoint::kSagaGraph:
             return SagaGraph(request, id);
         case Endpoint::kRetrySaga: {
-            const auto result = sagas_.Retry(id);
+            const auto saga_id = SagaId::Parse(id);
+            const auto result = saga_id ? sagas_.Retry(*saga_id) : SagaCommands::NoSaga<RetryResult>(id);
             switch (result.status) {
                 case RetryResult::Status::kResumed:
                     return Json(202, {{"sagaId", id}, {"status", "resumed"}, {"detail", result.message}});
@@ -550,7 +552,9 @@ HttpServer::Response HttpServer::SagaGraph(const Request& request, const std::st
     if (format != "mermaid" && format != "dot") {
         return Problem(400, "invalid-query", "Invalid query", "format must be mermaid or dot");
     }
-    const auto graph = sagas_.Graph(saga_id, format == "dot" ? GraphFormat::kDot : GraphFormat::kMermaid);
+    const auto id = SagaId::Parse(saga_id);
+    const auto graph =
+        id ? sagas_.Graph(*id, format == "dot" ? GraphFormat::kDot : GraphFormat::kMermaid) : std::nullopt;
     if (!graph) return Problem(404, "saga-not-found", "Saga not found", "no saga " + saga_id);
     return {200, format == "dot" ? "text/vnd.graphviz; charset=utf-8" : "text/plain; charset=utf-8", *graph, {}};
 }
@@ -639,7 +643,8 @@ HttpServer::Response HttpServer::CancelSaga(const Request& request,
         }
     }
     if (!client.empty()) reason = reason.empty() ? "by " + client : reason + " (by " + client + ")";
-    const auto result = sagas_.Cancel(saga_id, reason);
+    const auto id = SagaId::Parse(saga_id);
+    const auto result = id ? sagas_.Cancel(*id, reason) : SagaCommands::NoSaga<CancelResult>(saga_id);
     const nlohmann::json answer{{"sagaId", saga_id},
                                 {"status", result.saga_status},
                                 {"detail", result.message},

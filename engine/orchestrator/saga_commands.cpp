@@ -109,21 +109,17 @@ void SagaCommands::Committed(const StartResult& result, const PendingStart& pend
     sagas_.Poke(pending.next_timer);
 }
 
-std::optional<SagaView> SagaCommands::Get(const std::string& saga_id) {
-    RequireStarted();
-    if (!store::IsUuid(saga_id)) return std::nullopt;
+std::optional<SagaView> SagaCommands::Get(const SagaId& saga_id) {
     return sagas_.Pool().RunBlocking([&](pqxx::connection& conn) {
         pqxx::read_transaction tx{conn};
-        return ReadSagaView(tx, saga_id);
+        return ReadSagaView(tx, saga_id.Text());
     });
 }
 
-std::optional<std::string> SagaCommands::Graph(const std::string& saga_id, GraphFormat format) {
-    RequireStarted();
-    if (!store::IsUuid(saga_id)) return std::nullopt;
+std::optional<std::string> SagaCommands::Graph(const SagaId& saga_id, GraphFormat format) {
     return sagas_.Pool().RunBlocking([&](pqxx::connection& conn) -> std::optional<std::string> {
         pqxx::read_transaction tx{conn};
-        const auto view = ReadSagaView(tx, saga_id);
+        const auto view = ReadSagaView(tx, saga_id.Text());
         if (!view) return std::nullopt;
         const auto overlay = OverlayOf(*view);
         return RenderGraph(*sagas_.Definitions().Find(tx, view->saga_type, view->definition_hash), format, &overlay);
@@ -159,25 +155,21 @@ SagaPage SagaCommands::List(const ListQuery& query) {
 // An operator's action on one saga: `act` runs under the saga's row lock in a transaction it
 // commits; Result::Status::kNotFound when there is no saga of that id.
 template <typename Result, typename Act>
-Result SagaCommands::OnLockedSaga(const std::string& saga_id, Act act) {
-    RequireStarted();
-    Result none;
-    none.status = Result::Status::kNotFound;
-    none.message = "no saga " + saga_id;
-    if (!store::IsUuid(saga_id)) return none;
+Result SagaCommands::OnLockedSaga(const SagaId& saga_id, Act act) {
+    const Result none = NoSaga<Result>(saga_id.Text());
     return sagas_.Pool().RunBlocking([&](pqxx::connection& conn) {
         pqxx::work tx{conn};
-        const auto saga = LockSaga(tx, saga_id, LockMode::kWait);
+        const auto saga = LockSaga(tx, saga_id.Text(), LockMode::kWait);
         return saga ? act(tx, *saga) : none;
     });
 }
 
-RetryResult SagaCommands::Retry(const std::string& saga_id) {
+RetryResult SagaCommands::Retry(const SagaId& saga_id) {
     const auto result = OnLockedSaga<RetryResult>(saga_id, [&](pqxx::work& tx, const LoadedSaga& saga) {
         RetryResult r;
         if (saga.state.status != machine::SagaStatus::kFailed) {
             r.status = RetryResult::Status::kNotParked;
-            r.message = "saga " + saga_id + " is " + std::string(machine::ToString(saga.state.status)) +
+            r.message = "saga " + saga_id.Text() + " is " + std::string(machine::ToString(saga.state.status)) +
                         "; only a saga parked as failed can be retried";
             return r;
         }
@@ -216,7 +208,7 @@ void SagaCommands::Cancelled(const std::string& saga_id, const std::string& reas
     spdlog::info("saga {} cancelled{}", saga_id, reason.empty() ? "" : ": " + reason);
 }
 
-CancelResult SagaCommands::Cancel(const std::string& saga_id, const std::string& reason) {
+CancelResult SagaCommands::Cancel(const SagaId& saga_id, const std::string& reason) {
     Effects effects;
     SideEffects side;
     const auto result = OnLockedSaga<CancelResult>(saga_id, [&](pqxx::work& tx, const LoadedSaga& saga) {
@@ -228,7 +220,7 @@ CancelResult SagaCommands::Cancel(const std::string& saga_id, const std::string&
             const bool undoing = saga.state.status == machine::SagaStatus::kCompensating ||
                                  saga.state.status == machine::SagaStatus::kCompensated;
             r.status = undoing ? CancelResult::Status::kAlreadyCompensating : CancelResult::Status::kNotCancellable;
-            r.message = "saga " + saga_id + " cannot be cancelled: " + cancellation.refused;
+            r.message = "saga " + saga_id.Text() + " cannot be cancelled: " + cancellation.refused;
             return r;
         }
         tx.commit();
@@ -239,7 +231,7 @@ CancelResult SagaCommands::Cancel(const std::string& saga_id, const std::string&
     });
     if (result.status == CancelResult::Status::kCancelled) {
         sagas_.Apply(std::move(side));
-        Cancelled(saga_id, reason);
+        Cancelled(saga_id.Text(), reason);
         sagas_.Poke(effects.next_timer);
     }
     return result;

@@ -11,6 +11,7 @@
 #include <pqxx/transaction>
 #include <string>
 
+#include "core/saga_id.hpp"
 #include "engine/engine.hpp"
 #include "engine/orchestrator/orchestration.hpp"
 
@@ -43,12 +44,21 @@ class SagaCommands {
     void Committed(const StartResult& result, const PendingStart& pending);
     bool Knows(const std::string& type) const { return sagas_.Definitions().Knows(type); }
 
-    std::optional<SagaView> Get(const std::string& saga_id);
-    std::optional<std::string> Graph(const std::string& saga_id, GraphFormat format);
+    // Saga ids are parsed where they enter (Engine, HTTP): a text that is no UUID names no saga.
+    std::optional<SagaView> Get(const SagaId& saga_id);
+    std::optional<std::string> Graph(const SagaId& saga_id, GraphFormat format);
     SagaPage List(const ListQuery& query);
     EngineGauges Gauges();
-    RetryResult Retry(const std::string& saga_id);
-    CancelResult Cancel(const std::string& saga_id, const std::string& reason);
+    RetryResult Retry(const SagaId& saga_id);
+    CancelResult Cancel(const SagaId& saga_id, const std::string& reason);
+    // The answer to a retry or cancel of a saga that does not exist.
+    template <typename Result>
+    static Result NoSaga(const std::string& saga_id) {
+        Result none;
+        none.status = Result::Status::kNotFound;
+        none.message = "no saga " + saga_id;
+        return none;
+    }
 
     // Cancels a locked saga for `reason` (the caller commits): the decision is persisted with its
     // `cancelled` timeline entry, or nothing is written and `refused` says why the machine refused.
@@ -73,7 +83,7 @@ class SagaCommands {
     // An operator's action on one saga: `act` runs under the saga's row lock in a transaction it
     // commits; Result::Status::kNotFound when there is no saga of that id.
     template <typename Result, typename Act>
-    Result OnLockedSaga(const std::string& saga_id, Act act);
+    Result OnLockedSaga(const SagaId& saga_id, Act act);
 
     Orchestration& sagas_;
 };

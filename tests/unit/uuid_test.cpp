@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 
+#include "core/saga_id.hpp"
 #include "outbox/event.hpp"
 #include "outbox/uuid.hpp"
 #include "store/inbox.hpp"
@@ -100,4 +101,22 @@ TEST_CASE("CloudEvents distributed tracing: a valid W3C traceparent travels, an 
     event.traceparent.clear();
     CHECK_FALSE(event.ToJson().contains("traceparent"));
     CHECK_FALSE(event.ToJson().contains("tracestate"));
+}
+
+TEST_CASE("a saga id is parsed once: UUID text in either case, nothing else") {
+    using sagaflow::SagaId;
+    const auto id = SagaId::Parse("0190a5b2-7c3e-7def-8a12-3456789ABCDE");
+    REQUIRE(id.has_value());
+    CHECK(id->Text() == "0190a5b2-7c3e-7def-8a12-3456789ABCDE");
+    CHECK(SagaId::Parse(sagaflow::outbox::NewUuidV7()).has_value());
+    for (const char* bad : {"",
+                            "0190a5b2-7c3e-7def-8a12-3456789abcd",         // one digit short
+                            "0190a5b2-7c3e-7def-8a12-3456789abcdef",       // one too many
+                            "0190a5b27c3e-7def-8a12-3456789abcde-",        // a dash out of place
+                            "0190a5b2-7c3e-7def-8a12-3456789abcdg",        // not hex
+                            "0190a5b2-7c3e-7def-8a12-3456789abcd\xe9"}) {  // a byte above 0x7f
+        INFO(bad);
+        CHECK_FALSE(SagaId::Parse(bad).has_value());
+        CHECK_FALSE(sagaflow::store::IsUuid(bad));  // the store's check is the same one
+    }
 }
