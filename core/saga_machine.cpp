@@ -1,5 +1,7 @@
 #include "core/saga_machine.hpp"
 
+#include <ostream>
+
 #include <algorithm>
 
 namespace sagaflow::machine {
@@ -22,6 +24,31 @@ std::string_view ToString(SagaStatus status) noexcept {
 
 std::string_view ToString(Phase phase) noexcept {
     return phase == Phase::kAction ? "action" : "compensation";
+}
+
+std::ostream& operator<<(std::ostream& out, SagaStatus status) {
+    return out << ToString(status);
+}
+
+std::ostream& operator<<(std::ostream& out, Phase phase) {
+    return out << ToString(phase);
+}
+
+std::optional<SagaStatus> ParseSagaStatus(std::string_view text) noexcept {
+    for (const auto status : {SagaStatus::kRunning,
+                              SagaStatus::kCompensating,
+                              SagaStatus::kCompleted,
+                              SagaStatus::kCompensated,
+                              SagaStatus::kFailed}) {
+        if (ToString(status) == text) return status;
+    }
+    return std::nullopt;
+}
+
+std::optional<Phase> ParsePhase(std::string_view text) noexcept {
+    if (text == "action") return Phase::kAction;
+    if (text == "compensation") return Phase::kCompensation;
+    return std::nullopt;
 }
 
 const StepPhaseState* SagaState::Find(const std::string& step_name, Phase phase) const {

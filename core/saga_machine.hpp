@@ -9,6 +9,7 @@
 // attempt number but never a new id.
 
 #include <chrono>
+#include <iosfwd>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -26,6 +27,12 @@ enum class Outcome { kSuccess, kFailure, kRetry };
 
 std::string_view ToString(SagaStatus status) noexcept;
 std::string_view ToString(Phase phase) noexcept;
+// The text forms, for streams (and test output).
+std::ostream& operator<<(std::ostream& out, SagaStatus status);
+std::ostream& operator<<(std::ostream& out, Phase phase);
+// The text forms above back (nullopt for any other text).
+std::optional<SagaStatus> ParseSagaStatus(std::string_view text) noexcept;
+std::optional<Phase> ParsePhase(std::string_view text) noexcept;
 
 struct StepPhaseState {
     std::string step_name;

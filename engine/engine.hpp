@@ -38,6 +38,7 @@
 
 #include "core/definition.hpp"
 #include "core/definition_graph.hpp"
+#include "core/saga_machine.hpp"
 
 namespace sagaflow {
 
@@ -97,9 +98,14 @@ struct EngineConfig {
     HttpConfig http;
 };
 
+// A saga's status and a step's phase (core/saga_machine.hpp); their text forms (`ToString`,
+// `Parse...`) are what the HTTP API, the database and `sagaflow show` use.
+using SagaStatus = machine::SagaStatus;
+using StepPhase = machine::Phase;
+
 struct StepPhaseRecord {
     std::string step_name;
-    std::string phase;   // action | compensation
+    StepPhase phase = StepPhase::kAction;
     std::string status;  // dispatched | succeeded | failed | timed_out | cancelled (the last two: outcome unknown)
     int attempt = 1;
     std::string command_event_id;
@@ -133,7 +139,7 @@ struct SagaView {
     std::string saga_type;
     int definition_version = 0;
     std::string definition_hash;
-    std::string status;  // running | compensating | completed | compensated | failed
+    SagaStatus status = SagaStatus::kRunning;
     std::string parked_reason;
     nlohmann::json input;
     nlohmann::json data;
@@ -144,7 +150,9 @@ struct SagaView {
     std::vector<StepPhaseRecord> steps;
     std::vector<TimelineEntry> timeline;
 
-    bool Terminal() const { return status == "completed" || status == "compensated" || status == "failed"; }
+    bool Terminal() const {
+        return status == SagaStatus::kCompleted || status == SagaStatus::kCompensated || status == SagaStatus::kFailed;
+    }
 };
 
 // The answer of StartSaga. Expected outcomes are values: only a broken database throws (a
@@ -168,14 +176,16 @@ struct StartResult {
 };
 
 struct SagaSummary {
-    std::string saga_id, saga_type, status, created_at, updated_at;
+    std::string saga_id, saga_type;
+    SagaStatus status = SagaStatus::kRunning;
+    std::string created_at, updated_at;
 };
 
 struct ListQuery {
-    std::string status;     // empty: any
-    std::string saga_type;  // empty: any
-    std::string cursor;     // the next_cursor of the previous page; empty: the newest sagas
-    int limit = 50;         // 1..500
+    std::optional<SagaStatus> status;  // nullopt: any
+    std::string saga_type;             // empty: any
+    std::string cursor;                // the next_cursor of the previous page; empty: the newest sagas
+    int limit = 50;                    // 1..500
 };
 
 struct SagaPage {
@@ -192,7 +202,7 @@ struct RetryResult {
 struct CancelResult {
     enum class Status { kCancelled, kAlreadyCompensating, kNotFound, kNotCancellable };
     Status status = Status::kCancelled;
-    std::string saga_status;  // the saga's status after the call (empty if not found)
+    std::optional<SagaStatus> saga_status;  // the saga's status after the call (nullopt if not found)
     std::string message;
 };
 

@@ -507,11 +507,11 @@ HttpServer::Response HttpServer::ListSagas(const Request& request) {
         const auto it = request.query.find(key);
         return it == request.query.end() ? std::string() : it->second;
     };
-    query.status = get("status");
+    const std::string status = get("status");
+    query.status = machine::ParseSagaStatus(status);
     query.saga_type = get("type");
     query.cursor = get("cursor");
-    static const std::set<std::string> kStatuses{"", "running", "compensating", "completed", "compensated", "failed"};
-    if (kStatuses.count(query.status) == 0) {
+    if (!status.empty() && !query.status) {
         return Problem(400,
                        "invalid-query",
                        "Invalid query",
@@ -535,7 +535,7 @@ HttpServer::Response HttpServer::ListSagas(const Request& request) {
     for (const auto& s : page.items) {
         items.push_back({{"sagaId", s.saga_id},
                          {"type", s.saga_type},
-                         {"status", s.status},
+                         {"status", machine::ToString(s.status)},
                          {"createdAt", s.created_at},
                          {"updatedAt", s.updated_at},
                          {"links", {{"self", "/v1/sagas/" + s.saga_id}}}});
@@ -645,8 +645,9 @@ HttpServer::Response HttpServer::CancelSaga(const Request& request,
     if (!client.empty()) reason = reason.empty() ? "by " + client : reason + " (by " + client + ")";
     const auto id = SagaId::Parse(saga_id);
     const auto result = id ? sagas_.Cancel(*id, reason) : SagaCommands::NoSaga<CancelResult>(saga_id);
+    const std::string status = result.saga_status ? std::string(machine::ToString(*result.saga_status)) : "";
     const nlohmann::json answer{{"sagaId", saga_id},
-                                {"status", result.saga_status},
+                                {"status", status},
                                 {"detail", result.message},
                                 {"links", {{"self", "/v1/sagas/" + saga_id}}}};
     switch (result.status) {
@@ -657,11 +658,8 @@ HttpServer::Response HttpServer::CancelSaga(const Request& request,
         case CancelResult::Status::kNotFound:
             return Problem(404, "saga-not-found", "Saga not found", result.message);
         case CancelResult::Status::kNotCancellable:
-            return Problem(409,
-                           "saga-not-cancellable",
-                           "Saga not cancellable",
-                           result.message,
-                           {{"sagaStatus", result.saga_status}});
+            return Problem(
+                409, "saga-not-cancellable", "Saga not cancellable", result.message, {{"sagaStatus", status}});
     }
     return Problem(500, "internal-error", "Internal error", "unexpected cancel result");
 }

@@ -42,7 +42,7 @@ void ReplyHandler::OnReply(pqxx::work& tx,
             {"ignored", e.step_name, e.phase, 0, e.id, {{"reason", why}, {"type", e.type}, {"outcome", outcome_text}}});
     };
     if (!store::IsUuid(e.saga_id)) return ignore({}, "the reply names no saga (sagaid '" + e.saga_id + "')");
-    const auto phase = ParsePhase(e.phase);
+    const auto phase = machine::ParsePhase(e.phase);
     if (!phase) return ignore({}, "unknown phase '" + e.phase + "'");
     machine::Outcome outcome;
     if (outcome_text == "success") {

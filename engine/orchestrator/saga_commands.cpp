@@ -136,7 +136,7 @@ SagaPage SagaCommands::List(const ListQuery& query) {
         tx.exec("SET LOCAL plan_cache_mode = force_custom_plan");
         // Keyset paging on the saga id: UUID v7 ids sort by creation time.
         const auto rows = tx.exec_params(ListSagasStatement(),
-                                         query.status,
+                                         query.status ? std::string(machine::ToString(*query.status)) : std::string(),
                                          query.saga_type,
                                          store::IsUuid(query.cursor) ? query.cursor : std::string(),
                                          limit + 1);
@@ -146,7 +146,11 @@ SagaPage SagaCommands::List(const ListQuery& query) {
                 page.next_cursor = page.items.back().saga_id;
                 break;
             }
-            page.items.push_back({Text(row[0]), Text(row[1]), Text(row[2]), Text(row[3]), Text(row[4])});
+            page.items.push_back({Text(row[0]),
+                                  Text(row[1]),
+                                  machine::ParseSagaStatus(Text(row[2])).value_or(SagaStatus::kRunning),
+                                  Text(row[3]),
+                                  Text(row[4])});
         }
         return page;
     });
@@ -215,7 +219,7 @@ CancelResult SagaCommands::Cancel(const SagaId& saga_id, const std::string& reas
         CancelResult r;
         auto cancellation =
             CancelLocked(tx, *sagas_.Definitions().Find(tx, saga.saga_type, saga.definition_hash), saga, reason);
-        r.saga_status = std::string(machine::ToString(cancellation.status));
+        r.saga_status = cancellation.status;
         if (!cancellation.refused.empty()) {
             const bool undoing = saga.state.status == machine::SagaStatus::kCompensating ||
                                  saga.state.status == machine::SagaStatus::kCompensated;

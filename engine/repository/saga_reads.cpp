@@ -1,6 +1,7 @@
 #include <pqxx/pqxx>
 
 #include "core/definition_loader.hpp"
+#include "core/saga_machine.hpp"
 #include "engine/engine.hpp"
 #include "engine/repository/saga_store.hpp"
 #include "store/prepared.hpp"
@@ -45,7 +46,7 @@ std::optional<SagaView> ReadSagaView(pqxx::transaction_base& tx, const std::stri
     view.saga_type = Text(r[0]);
     view.definition_version = r[1].as<int>();
     view.definition_hash = Text(r[2]);
-    view.status = Text(r[3]);
+    view.status = machine::ParseSagaStatus(Text(r[3])).value_or(SagaStatus::kRunning);
     view.parked_reason = Text(r[4]);
     view.input = Json(r[5]);
     view.data = Json(r[6]);
@@ -62,7 +63,7 @@ std::optional<SagaView> ReadSagaView(pqxx::transaction_base& tx, const std::stri
                                             "phase",
                                         saga_id)) {
         view.steps.push_back({Text(s[0]),
-                              Text(s[1]),
+                              machine::ParsePhase(Text(s[1])).value_or(StepPhase::kAction),
                               Text(s[2]),
                               s[3].as<int>(),
                               Text(s[4]),
@@ -97,9 +98,11 @@ SagaDefinition ReadStoredDefinition(pqxx::transaction_base& tx, const std::strin
 
 GraphOverlay OverlayOf(const SagaView& saga) {
     GraphOverlay overlay;
-    overlay.title = "saga " + saga.saga_id + ": " + saga.status;
-    overlay.saga_status = saga.status;
-    for (const auto& step : saga.steps) overlay.phases[{step.step_name, step.phase}] = step.status;
+    overlay.title = "saga " + saga.saga_id + ": " + std::string(machine::ToString(saga.status));
+    overlay.saga_status = machine::ToString(saga.status);
+    for (const auto& step : saga.steps) {
+        overlay.phases[{step.step_name, std::string(machine::ToString(step.phase))}] = step.status;
+    }
     return overlay;
 }
 
@@ -107,7 +110,7 @@ nlohmann::json SagaJson(const SagaView& saga) {
     nlohmann::json steps = nlohmann::json::array();
     for (const auto& s : saga.steps) {
         steps.push_back({{"step", s.step_name},
-                         {"phase", s.phase},
+                         {"phase", machine::ToString(s.phase)},
                          {"status", s.status},
                          {"attempt", s.attempt},
                          {"commandEventId", s.command_event_id},
@@ -127,7 +130,7 @@ nlohmann::json SagaJson(const SagaView& saga) {
     nlohmann::json out{{"sagaId", saga.saga_id},
                        {"type", saga.saga_type},
                        {"definitionVersion", saga.definition_version},
-                       {"status", saga.status},
+                       {"status", machine::ToString(saga.status)},
                        {"parkedReason", saga.parked_reason},
                        {"input", saga.input},
                        {"data", saga.data},

@@ -12,28 +12,12 @@
 
 namespace sagaflow::detail {
 
+using machine::ParsePhase;
+using machine::ParseSagaStatus;
 using machine::Phase;
 using machine::StepStatus;
 
-std::optional<Phase> ParsePhase(std::string_view text) {
-    if (text == "action") return Phase::kAction;
-    if (text == "compensation") return Phase::kCompensation;
-    return std::nullopt;
-}
-
 namespace {
-
-std::optional<machine::SagaStatus> ParseSagaStatus(std::string_view text) {
-    using machine::SagaStatus;
-    for (const auto status : {SagaStatus::kRunning,
-                              SagaStatus::kCompensating,
-                              SagaStatus::kCompleted,
-                              SagaStatus::kCompensated,
-                              SagaStatus::kFailed}) {
-        if (machine::ToString(status) == text) return status;
-    }
-    return std::nullopt;
-}
 
 // saga_step.status <-> (StepStatus, outcome_unknown, cancelled): an action that never answered is
 // 'timed_out', one in flight when the saga was cancelled 'cancelled'.

@@ -230,21 +230,19 @@ std::pair<long long, double> OutboxBacklog(pqxx::transaction_base& tx);
 // database holds the same name and version with other content.
 void WriteDefinition(pqxx::transaction_base& tx, const SagaDefinition& definition, const std::string& source);
 
-std::optional<machine::Phase> ParsePhase(std::string_view text);
-
 // Re-opens the phase that made the locked, parked saga give up (its most recent failed phase):
 // dispatched again with its retry due now, the saga running (or compensating) again. Returns the
 // phase's step name, or empty if there is none.
 std::string ReopenParked(pqxx::transaction_base& tx, const LoadedSaga& saga);
 
 // The saga, its step phases and its timeline, as Engine::GetSaga and `sagaflow show` present
-// them; nullopt if there is no such saga (defined in engine.cpp).
+// them; nullopt if there is no such saga.
 std::optional<SagaView> ReadSagaView(pqxx::transaction_base& tx, const std::string& saga_id);
 // A definition stored in saga_definition, loaded back and checked against its hash.
 SagaDefinition ReadStoredDefinition(pqxx::transaction_base& tx, const std::string& type, const std::string& hash);
 // The graph overlay of a saga instance: its status and each step phase's.
 GraphOverlay OverlayOf(const SagaView& saga);
-// The saga as GET /v1/sagas/{id} answers it (defined in http_server.cpp).
+// The saga as GET /v1/sagas/{id} and `sagaflow show --format json` answer it.
 nlohmann::json SagaJson(const SagaView& saga);
 
 }  // namespace sagaflow::detail

@@ -60,7 +60,7 @@ TEST_CASE("happy path: every step once, in order, data saved and rendered, every
     for (std::size_t n = 0; n < ids.size(); ++n) {
         const auto saga = engine.GetSaga(ids[n]);
         REQUIRE(saga);
-        CHECK(saga->status == "completed");
+        CHECK(saga->status == sagaflow::SagaStatus::kCompleted);
         CHECK(saga->data["reservation"] == "r-//" + std::to_string(n));
         CHECK(Sequence(received, ids[n]) ==
               std::vector<std::string>{"reserve:action", "charge:action", "confirm:action", "notify:action"});
@@ -136,7 +136,7 @@ TEST_CASE("a failure at each step compensates exactly the completed compensatabl
     for (const auto& [step, sequence] : expected) {
         CAPTURE(step);
         const auto saga = engine.GetSaga(saga_of[step]);
-        CHECK(saga->status == "compensated");
+        CHECK(saga->status == sagaflow::SagaStatus::kCompensated);
         CHECK(Sequence(received, saga_of[step]) == sequence);
         // The refund carries what the reservation step saved.
         for (const auto& c : received) {
@@ -187,10 +187,10 @@ TEST_CASE("compensations are retried until they succeed; a compensation past its
         return deliveries;
     };
     const auto flaky_saga = engine.GetSaga(flaky);
-    CHECK(flaky_saga->status == "compensated");
+    CHECK(flaky_saga->status == sagaflow::SagaStatus::kCompensated);
     CHECK(releases(flaky) == 3);
     const auto stuck_saga = engine.GetSaga(stuck);
-    CHECK(stuck_saga->status == "failed");
+    CHECK(stuck_saga->status == sagaflow::SagaStatus::kFailed);
     CHECK(stuck_saga->parked_reason.find("compensation of step 'reserve'") != std::string::npos);
     CHECK(releases(stuck) == 4);  // compensationRetry.maxAttempts
     CHECK(engine.Metrics().sagas_parked == 1);
@@ -208,7 +208,7 @@ TEST_CASE("a retriable step that keeps failing is retried with the same event id
     const auto id = StartOne(engine, Input("notify", "", 0), "n");
     REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
     const auto saga = engine.GetSaga(id);
-    CHECK(saga->status == "failed");
+    CHECK(saga->status == sagaflow::SagaStatus::kFailed);
     CHECK(saga->parked_reason.find("retriable step 'notify'") != std::string::npos);
     std::set<std::string> ids;
     for (const auto& c : participant->Received()) {
@@ -220,7 +220,7 @@ TEST_CASE("a retriable step that keeps failing is retried with the same event id
     REQUIRE(notify != saga->steps.end());
     CHECK(notify->attempt == 3);
     // Nothing was compensated: the pivot had passed.
-    for (const auto& step : saga->steps) CHECK(step.phase == "action");
+    for (const auto& step : saga->steps) CHECK(step.phase == sagaflow::StepPhase::kAction);
     engine.Stop();
 }
 
@@ -247,7 +247,7 @@ TEST_CASE("every reply delivered three times changes nothing") {
     const auto received = participant->Received();
     for (int n = 0; n < 10; ++n) {
         const auto saga = engine.GetSaga(ids[static_cast<std::size_t>(n)]);
-        CHECK(saga->status == (n < 6 ? "completed" : "compensated"));
+        CHECK(saga->status == (n < 6 ? sagaflow::SagaStatus::kCompleted : sagaflow::SagaStatus::kCompensated));
         CHECK(Sequence(received, saga->saga_id).size() == (n < 6 ? 4U : 3U));
         for (const auto& c : received) {
             if (c.saga_id == saga->saga_id) CHECK(c.delivery == 1);  // no command was sent twice
@@ -282,7 +282,7 @@ TEST_CASE("a lost command times out and is resent with the same event id; stray 
     const auto id = StartOne(engine, Input("", "", 7), "lost");
     REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
     const auto saga = engine.GetSaga(id);
-    CHECK(saga->status == "completed");
+    CHECK(saga->status == sagaflow::SagaStatus::kCompleted);
     std::vector<std::string> charge_ids;
     for (const auto& c : participant->Received()) {
         if (c.saga_id == id && c.step_name == "charge") charge_ids.push_back(c.event_id);
@@ -308,7 +308,7 @@ TEST_CASE("a lost command times out and is resent with the same event id; stray 
     CHECK(WaitFor([&] { return Count(rig.db.Url(), "SELECT count(*) FROM saga_event WHERE kind = 'ignored'") == 3; },
                   std::chrono::seconds(30)));
     CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_event WHERE kind = 'ignored' AND saga_id IS NULL") == 2);
-    CHECK(engine.GetSaga(id)->status == "completed");
+    CHECK(engine.GetSaga(id)->status == sagaflow::SagaStatus::kCompleted);
     engine.Stop();
 }
 
@@ -335,7 +335,8 @@ TEST_CASE("a saga's deadline cancels it before its point of no return, and no lo
     const auto quick = StartOne(*engine, {{"item", "quick/x/3"}}, "d3");
     CHECK_FALSE(engine->GetSaga(late)->deadline_at.empty());  // shown while it can still cancel
     // The charge is still in flight at the deadline: it is cancelled, refunded, the reservation released.
-    REQUIRE(WaitFor([&] { return engine->GetSaga(held)->status == "compensated"; }, std::chrono::seconds(30)));
+    REQUIRE(WaitFor([&] { return engine->GetSaga(held)->status == sagaflow::SagaStatus::kCompensated; },
+                    std::chrono::seconds(30)));
     CHECK(Sequence(participant->Received(), held) ==
           std::vector<std::string>{"reserve:action", "charge:action", "charge:compensation", "reserve:compensation"});
     const auto saga = engine->GetSaga(held);
@@ -356,13 +357,13 @@ TEST_CASE("a saga's deadline cancels it before its point of no return, and no lo
                              "'") == 1;
         },
         std::chrono::seconds(30)));
-    CHECK(engine->GetSaga(late)->status == "running");
+    CHECK(engine->GetSaga(late)->status == sagaflow::SagaStatus::kRunning);
     CHECK(engine->GetSaga(late)->deadline_at.empty());
     CHECK(saga->deadline_at.empty());  // compensated: no longer running
     CHECK(Count(rig.db.Url(),
                 "SELECT count(*) FROM saga_instance WHERE deadline_at IS NOT NULL AND saga_id = '" + late + "'") == 0);
     // A saga that ends before its deadline is not touched by it.
-    CHECK(engine->GetSaga(quick)->status == "completed");
+    CHECK(engine->GetSaga(quick)->status == sagaflow::SagaStatus::kCompleted);
     std::this_thread::sleep_for(std::chrono::seconds(1));
     CHECK(Count(rig.db.Url(),
                 "SELECT count(*) FROM saga_event WHERE saga_id = '" + quick +
@@ -412,7 +413,7 @@ TEST_CASE("a saga keeps the definition version it started with, across a newer r
     CHECK(notify_types[old_id] == std::set<std::string>{"Notify.v1"});
     CHECK(notify_types[new_id] == std::set<std::string>{"Notify.v2"});
     CHECK(engine.GetSaga(old_id)->definition_version == 1);
-    CHECK(engine.GetSaga(old_id)->status == "completed");
+    CHECK(engine.GetSaga(old_id)->status == sagaflow::SagaStatus::kCompleted);
     CHECK(engine.GetSaga(new_id)->definition_version == 2);
     engine.Stop();
 }
@@ -448,6 +449,6 @@ TEST_CASE("an engine with a history retention deletes the finished sagas past it
     CHECK(WaitFor([&] { return rows_of(old_id) == 0; }, std::chrono::seconds(30)));
     CHECK_FALSE(engine.GetSaga(old_id).has_value());
     CHECK(rows_of(recent_id) == recent_rows);
-    CHECK(engine.GetSaga(recent_id)->status == "completed");
+    CHECK(engine.GetSaga(recent_id)->status == sagaflow::SagaStatus::kCompleted);
     engine.Stop();
 }

@@ -180,7 +180,8 @@ int Show(const std::string& url, const std::string& saga_id, const std::string& 
         return 0;
     }
     const auto& s = *saga;
-    std::cout << fmt::format("saga {} · {} v{} · {}\n", s.saga_id, s.saga_type, s.definition_version, s.status);
+    std::cout << fmt::format(
+        "saga {} · {} v{} · {}\n", s.saga_id, s.saga_type, s.definition_version, sagaflow::machine::ToString(s.status));
     if (!s.parked_reason.empty()) std::cout << "  parked: " << s.parked_reason << "\n";
     std::cout << fmt::format(
         "  created {} · updated {}{}\n",
@@ -204,7 +205,7 @@ int Show(const std::string& url, const std::string& saga_id, const std::string& 
                                                               : "";
         std::cout << fmt::format("  {:<20} {:<13} {:<11} {:>7}  {:<24} {}\n",
                                  p.step_name,
-                                 p.phase,
+                                 sagaflow::machine::ToString(p.phase),
                                  p.status,
                                  p.attempt,
                                  p.dispatched_at,
