@@ -136,6 +136,75 @@ bool WaitQuiet(pqxx::connection& conn,
     }
 }
 
+// Each planned saga's outcome against the plan, as a table; returns how many differ.
+int ReportOutcomes(pqxx::connection& conn, const std::vector<Planned>& plan) {
+    const auto statuses = Statuses(conn);
+    std::map<std::string, std::pair<int, int>> table;  // status -> (actual, expected)
+    int unexpected = 0;
+    for (const auto& p : plan) {
+        const std::string actual = statuses.count(p.saga_id) ? statuses.at(p.saga_id) : "missing";
+        ++table[actual].first;
+        ++table[p.expected].second;
+        if (actual != p.expected) {
+            ++unexpected;
+            std::cout << "  saga " << p.saga_id << " (" << p.order_id << ") is " << actual << ", expected "
+                      << p.expected << "\n";
+        }
+    }
+    std::cout << "\n  outcome       sagas  expected\n  ------------  -----  --------\n";
+    for (const auto& [status, counts] : table) {
+        std::cout << fmt::format("  {:<12}  {:>5}  {:>8}\n", status, counts.first, counts.second);
+    }
+    return unexpected;
+}
+
+// One saga's timeline, milliseconds from its start.
+void ShowTimeline(pqxx::connection& conn, const Planned& shown) {
+    std::cout << "\n  timeline of saga " << shown.saga_id << " (" << shown.note << "):\n";
+    pqxx::read_transaction tx{conn};
+    for (const auto& row : tx.exec_params(
+             "SELECT round(extract(epoch FROM at - min(at) OVER ()) * 1000)::bigint, kind, coalesce(step_name, ''), "
+             "coalesce(phase, ''), coalesce(attempt::text, ''), detail::text FROM saga_event WHERE saga_id = "
+             "$1::uuid ORDER BY id",
+             shown.saga_id)) {
+        std::cout << fmt::format("  {:>7} ms  {:<16} {:<15} {:<13} {:>2}  {}\n",
+                                 row[0].as<long long>(),
+                                 row[1].as<std::string>(),
+                                 row[2].as<std::string>(),
+                                 row[3].as<std::string>(),
+                                 row[4].as<std::string>(),
+                                 row[5].as<std::string>() == "{}" ? "" : row[5].as<std::string>());
+    }
+}
+
+// The money invariant of the sample services, as the broken parts (empty when it holds).
+std::vector<std::string> MoneyViolations(pqxx::connection& conn) {
+    std::vector<std::string> violations;
+    const auto expect_zero = [&](const std::string& what, const std::string& sql) {
+        const long long n = Scalar(conn, sql);
+        if (n != 0) violations.push_back(fmt::format("{}: {}", what, n));
+    };
+    expect_zero("orders charged twice",
+                "SELECT count(*) FROM (SELECT order_id FROM payments.payment GROUP BY order_id HAVING count(*) > 1) d");
+    expect_zero("declined orders not cancelled",
+                "SELECT count(*) FROM orders.orders WHERE amount > 500 AND status <> 'cancelled'");
+    expect_zero("declined orders charged", "SELECT count(*) FROM payments.payment WHERE amount > 500");
+    expect_zero("charges of compensated sagas not refunded",
+                "SELECT count(*) FROM payments.payment p JOIN saga_instance s ON s.saga_id = p.saga_id WHERE "
+                "s.status = 'compensated' AND NOT EXISTS (SELECT 1 FROM payments.refund r WHERE r.payment_id = "
+                "p.payment_id)");
+    expect_zero("refunds of sagas that completed",
+                "SELECT count(*) FROM payments.refund r JOIN saga_instance s ON s.saga_id = r.saga_id WHERE s.status = "
+                "'completed'");
+    expect_zero("completed orders not approved",
+                "SELECT count(*) FROM saga_instance s JOIN orders.orders o ON o.order_id = s.input->>'orderId' WHERE "
+                "s.status = 'completed' AND o.status <> 'approved'");
+    expect_zero("approved orders without exactly one charged payment",
+                "SELECT count(*) FROM orders.orders o WHERE o.status = 'approved' AND (SELECT count(*) FROM "
+                "payments.payment p WHERE p.order_id = o.order_id AND p.status = 'charged') <> 1");
+    return violations;
+}
+
 }  // namespace
 
 int RunDemo(const DemoOptions& o) {
@@ -308,24 +377,7 @@ int RunDemo(const DemoOptions& o) {
     // Let late duplicates drain before the audit.
     std::this_thread::sleep_for(std::chrono::seconds(2));
 
-    // --- outcomes ----------------------------------------------------------------------------------
-    const auto statuses = Statuses(conn);
-    std::map<std::string, std::pair<int, int>> table;  // status -> (actual, expected)
-    int unexpected = 0;
-    for (const auto& p : plan) {
-        const std::string actual = statuses.count(p.saga_id) ? statuses.at(p.saga_id) : "missing";
-        ++table[actual].first;
-        ++table[p.expected].second;
-        if (actual != p.expected) {
-            ++unexpected;
-            std::cout << "  saga " << p.saga_id << " (" << p.order_id << ") is " << actual << ", expected "
-                      << p.expected << "\n";
-        }
-    }
-    std::cout << "\n  outcome       sagas  expected\n  ------------  -----  --------\n";
-    for (const auto& [status, counts] : table) {
-        std::cout << fmt::format("  {:<12}  {:>5}  {:>8}\n", status, counts.first, counts.second);
-    }
+    const int unexpected = ReportOutcomes(conn, plan);
     {
         pqxx::read_transaction tx{conn};
         const auto orders = tx.exec1(
@@ -345,52 +397,10 @@ int RunDemo(const DemoOptions& o) {
             duplicated.load(),
             restarts);
     }
-
-    // --- two sagas' timelines -----------------------------------------------------------------------
     for (const auto* shown : {&cancelled, &slow}) {
-        if (shown->saga_id.empty()) continue;
-        std::cout << "\n  timeline of saga " << shown->saga_id << " (" << shown->note << "):\n";
-        pqxx::read_transaction tx{conn};
-        for (const auto& row : tx.exec_params(
-                 "SELECT round(extract(epoch FROM at - min(at) OVER ()) * 1000)::bigint, kind, coalesce(step_name, "
-                 "''), "
-                 "coalesce(phase, ''), coalesce(attempt::text, ''), detail::text FROM saga_event WHERE saga_id = "
-                 "$1::uuid ORDER BY id",
-                 shown->saga_id)) {
-            std::cout << fmt::format("  {:>7} ms  {:<16} {:<15} {:<13} {:>2}  {}\n",
-                                     row[0].as<long long>(),
-                                     row[1].as<std::string>(),
-                                     row[2].as<std::string>(),
-                                     row[3].as<std::string>(),
-                                     row[4].as<std::string>(),
-                                     row[5].as<std::string>() == "{}" ? "" : row[5].as<std::string>());
-        }
+        if (!shown->saga_id.empty()) ShowTimeline(conn, *shown);
     }
-
-    // --- the money invariant -------------------------------------------------------------------------
-    std::vector<std::string> violations;
-    const auto expect_zero = [&](const std::string& what, const std::string& sql) {
-        const long long n = Scalar(conn, sql);
-        if (n != 0) violations.push_back(fmt::format("{}: {}", what, n));
-    };
-    expect_zero("orders charged twice",
-                "SELECT count(*) FROM (SELECT order_id FROM payments.payment GROUP BY order_id HAVING count(*) > 1) d");
-    expect_zero("declined orders not cancelled",
-                "SELECT count(*) FROM orders.orders WHERE amount > 500 AND status <> 'cancelled'");
-    expect_zero("declined orders charged", "SELECT count(*) FROM payments.payment WHERE amount > 500");
-    expect_zero("charges of compensated sagas not refunded",
-                "SELECT count(*) FROM payments.payment p JOIN saga_instance s ON s.saga_id = p.saga_id WHERE "
-                "s.status = 'compensated' AND NOT EXISTS (SELECT 1 FROM payments.refund r WHERE r.payment_id = "
-                "p.payment_id)");
-    expect_zero("refunds of sagas that completed",
-                "SELECT count(*) FROM payments.refund r JOIN saga_instance s ON s.saga_id = r.saga_id WHERE s.status = "
-                "'completed'");
-    expect_zero("completed orders not approved",
-                "SELECT count(*) FROM saga_instance s JOIN orders.orders o ON o.order_id = s.input->>'orderId' WHERE "
-                "s.status = 'completed' AND o.status <> 'approved'");
-    expect_zero("approved orders without exactly one charged payment",
-                "SELECT count(*) FROM orders.orders o WHERE o.status = 'approved' AND (SELECT count(*) FROM "
-                "payments.payment p WHERE p.order_id = o.order_id AND p.status = 'charged') <> 1");
+    std::vector<std::string> violations = MoneyViolations(conn);
     AuditOptions audit;
     audit.db_url = o.db_url;
     audit.participant_schemas = {"orders", "payments"};
