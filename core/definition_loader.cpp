@@ -82,6 +82,10 @@ class Loader : public detail::YamlReader {
                                          int depth);
     std::optional<nlohmann::json> ToJson(const YAML::Node& node, const std::string& path, int depth, int& budget);
     void ReadStep(const YAML::Node& node, const std::string& path, SagaDefinition& saga);
+    // The parts of a step (ReadStep); each reports its own errors and returns false on one.
+    bool ReadKind(const Fields& fields, const std::string& path, const YAML::Mark& mark, StepDefinition& step);
+    bool ReadSend(const Fields& fields, const std::string& path, StepDefinition& step);
+    bool ReadSave(const Fields& fields, const std::string& path, StepDefinition& step);
     std::optional<CommandSpec> ReadCompensation(const Entry& entry,
                                                 const std::string& path,
                                                 const nlohmann::json& action_send);
@@ -394,6 +398,75 @@ std::optional<CommandSpec> Loader::ReadCompensation(const Entry& entry,
     return spec;
 }
 
+bool Loader::ReadKind(const Fields& fields, const std::string& path, const YAML::Mark& mark, StepDefinition& step) {
+    const auto kind = String(fields, "kind", path, mark, true);
+    if (!kind) return false;
+    if (*kind == "compensatable") {
+        step.kind = StepKind::kCompensatable;
+    } else if (*kind == "pivot") {
+        step.kind = StepKind::kPivot;
+    } else if (*kind == "retriable") {
+        step.kind = StepKind::kRetriable;
+    } else {
+        static const std::vector<std::string_view> kKinds{"compensatable", "pivot", "retriable"};
+        Error(MarkOf(fields.at("kind")),
+              Join(path, "kind"),
+              "unknown kind '" + *kind + "'" + Suggest(*kind, kKinds) + "; allowed: compensatable, pivot, retriable");
+        return false;
+    }
+    return true;
+}
+
+bool Loader::ReadSend(const Fields& fields, const std::string& path, StepDefinition& step) {
+    step.action.send = nlohmann::json::object();
+    const auto s = fields.find("send");
+    if (s == fields.end()) return true;
+    if (!s->second.value.IsMap()) {
+        Error(MarkOf(s->second),
+              Join(path, "send"),
+              "expected a mapping of command fields, found " + std::string(KindOfNode(s->second.value)));
+        return false;
+    }
+    int budget = kMaxTemplateNodes;
+    auto send = ToJson(s->second.value, Join(path, "send"), 0, budget);
+    if (send) step.action.send = std::move(*send);
+    int collect_budget = kMaxTemplateNodes;
+    CollectPaths(s->second.value, Join(path, "send"), expressions_.back(), kRoleSend, 0, collect_budget);
+    return send.has_value();
+}
+
+bool Loader::ReadSave(const Fields& fields, const std::string& path, StepDefinition& step) {
+    step.save = nlohmann::json::object();
+    const auto s = fields.find("save");
+    if (s == fields.end()) return true;
+    const std::string save_path = Join(path, "save");
+    if (!s->second.value.IsMap()) {
+        Error(MarkOf(s->second),
+              save_path,
+              "expected a mapping of data keys to reply paths, found " + std::string(KindOfNode(s->second.value)));
+        return false;
+    }
+    bool ok = true;
+    for (auto it = s->second.value.begin(); it != s->second.value.end(); ++it) {
+        const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
+        if (!std::regex_match(key, FieldPattern())) {
+            Error(it->first.Mark(), save_path, "a data key is a letter or '_' followed by letters, digits or '_'");
+            ok = false;
+            continue;
+        }
+        if (!it->second.IsScalar() || it->second.Scalar().rfind("$.reply", 0) != 0) {
+            Error(it->second.Mark().is_null() ? it->first.Mark() : it->second.Mark(),
+                  Join(save_path, key),
+                  "expected a path into this step's reply, such as $.reply.paymentId");
+            ok = false;
+            continue;
+        }
+        step.save[key] = it->second.Scalar();
+        expressions_.back().emplace_back(it->second.Scalar(), it->second.Mark(), Join(save_path, key), kRoleSave);
+    }
+    return ok;
+}
+
 void Loader::ReadStep(const YAML::Node& node, const std::string& path, SagaDefinition& saga) {
     step_marks_.push_back(node.Mark());
     expressions_.emplace_back();
@@ -420,77 +493,13 @@ void Loader::ReadStep(const YAML::Node& node, const std::string& path, SagaDefin
                               true,
                               &CommandPattern(),
                               "letters, digits and '_', optionally '.v<N>' (e.g. ChargePayment.v1)");
-        auto kind = String(*fields, "kind", path, mark, true);
-        ok = name && participant && command && kind;
-        kind_known = kind.has_value();
+        ok = name && participant && command;
         if (name) step.name = *name;
         if (participant) step.participant = *participant;
         if (command) step.action.type = *command;
-        if (kind) {
-            if (*kind == "compensatable") {
-                step.kind = StepKind::kCompensatable;
-            } else if (*kind == "pivot") {
-                step.kind = StepKind::kPivot;
-            } else if (*kind == "retriable") {
-                step.kind = StepKind::kRetriable;
-            } else {
-                static const std::vector<std::string_view> kKinds{"compensatable", "pivot", "retriable"};
-                Error(MarkOf(fields->at("kind")),
-                      Join(path, "kind"),
-                      "unknown kind '" + *kind + "'" + Suggest(*kind, kKinds) +
-                          "; allowed: compensatable, pivot, retriable");
-                ok = false;
-                kind_known = false;
-            }
-        }
-        step.action.send = nlohmann::json::object();
-        if (const auto s = fields->find("send"); s != fields->end()) {
-            if (!s->second.value.IsMap()) {
-                Error(MarkOf(s->second),
-                      Join(path, "send"),
-                      "expected a mapping of command fields, found " + std::string(KindOfNode(s->second.value)));
-                ok = false;
-            } else {
-                int budget = kMaxTemplateNodes;
-                auto send = ToJson(s->second.value, Join(path, "send"), 0, budget);
-                ok = ok && send.has_value();
-                if (send) step.action.send = std::move(*send);
-                int collect_budget = kMaxTemplateNodes;
-                CollectPaths(s->second.value, Join(path, "send"), expressions_.back(), kRoleSend, 0, collect_budget);
-            }
-        }
-        step.save = nlohmann::json::object();
-        if (const auto s = fields->find("save"); s != fields->end()) {
-            const std::string save_path = Join(path, "save");
-            if (!s->second.value.IsMap()) {
-                Error(MarkOf(s->second),
-                      save_path,
-                      "expected a mapping of data keys to reply paths, found " +
-                          std::string(KindOfNode(s->second.value)));
-                ok = false;
-            } else {
-                for (auto it = s->second.value.begin(); it != s->second.value.end(); ++it) {
-                    const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
-                    if (!std::regex_match(key, FieldPattern())) {
-                        Error(it->first.Mark(),
-                              save_path,
-                              "a data key is a letter or '_' followed by letters, digits or '_'");
-                        ok = false;
-                        continue;
-                    }
-                    if (!it->second.IsScalar() || it->second.Scalar().rfind("$.reply", 0) != 0) {
-                        Error(it->second.Mark().is_null() ? it->first.Mark() : it->second.Mark(),
-                              Join(save_path, key),
-                              "expected a path into this step's reply, such as $.reply.paymentId");
-                        ok = false;
-                        continue;
-                    }
-                    step.save[key] = it->second.Scalar();
-                    expressions_.back().emplace_back(
-                        it->second.Scalar(), it->second.Mark(), Join(save_path, key), kRoleSave);
-                }
-            }
-        }
+        kind_known = ReadKind(*fields, path, mark, step);
+        ok = ReadSend(*fields, path, step) && kind_known && ok;
+        ok = ReadSave(*fields, path, step) && ok;
         if (const auto c = fields->find("compensation"); c != fields->end()) {
             auto compensation = ReadCompensation(c->second, Join(path, "compensation"), step.action.send);
             ok = ok && compensation.has_value();
