@@ -222,12 +222,13 @@ class Engine::Impl {
 
     void Stop() {
         started_ = false;
-        sagas_->Attach(nullptr);
         // Nothing waits for the database from here on: the sweep, the timer scan and a consumer
         // batch waiting for a connection (PostgreSQL down) fail, so the joins below return.
         parts_.BeginStop();
         // Reverse order of Start: http, timers, then (parts_.Stop) sweeper, consumer, relay, pool.
+        // The HTTP requests in progress finish on the pool first; then the commands refuse.
         if (http_) http_->Stop();
+        sagas_->Attach(nullptr);
         if (io_thread_.joinable()) {
             io_.stop();
             io_thread_.join();

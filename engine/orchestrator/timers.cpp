@@ -11,9 +11,6 @@
 
 namespace sagaflow::detail {
 
-// Fires every due timer, each in a transaction of its own under the saga's row lock (skipping a
-// saga another engine is working on: its timer stays due and is seen by the next scan). Returns
-// the time until the next one.
 std::chrono::milliseconds TimerService::Scan(pqxx::connection& conn) {
     try {
         for (;;) {
