@@ -91,6 +91,43 @@ std::string WithPassword(const std::string& url, const std::string& password) {
     return url + " password='" + quoted + "'";
 }
 
+class ConfigReader;
+
+// How a key's environment variable SAGAFLOW_<SECTION>_<KEY> applies (ConfigReader::Section).
+enum class KeyKind {
+    kScalar,   // replaces the value
+    kMapping,  // "name=value;name=value" sets those entries over the file's
+    kList,     // "a,b" replaces the list
+};
+
+// One configuration key: what reads it, what prints it, and its line in config/README.md. Keys()
+// lists every key once; parsing, the environment variables, Describe() and ConfigKeysMarkdown()
+// all come from it.
+struct ConfigKey {
+    std::string_view section;
+    std::string_view name;
+    KeyKind kind = KeyKind::kScalar;
+    std::string type;      // type and range, as the README shows them
+    std::string fallback;  // the default as the README shows it; empty: what Describe() prints for Config{}
+    std::string sets;      // what it sets
+    std::function<void(ConfigReader&, const detail::YamlFields& section, Config&)> read;
+    std::function<void(YAML::Emitter&, const Config&)> show;  // null: never printed (a secret)
+
+    std::string Path() const { return std::string(section) + "." + std::string(name); }
+    std::string Variable() const { return std::string(kEnvPrefix) + Upper(section) + "_" + Upper(name); }
+};
+
+const std::vector<ConfigKey>& Keys();
+
+// The sections in the order of Keys().
+std::vector<std::string_view> Sections() {
+    std::vector<std::string_view> out;
+    for (const auto& key : Keys()) {
+        if (std::find(out.begin(), out.end(), key.section) == out.end()) out.push_back(key.section);
+    }
+    return out;
+}
+
 class ConfigReader : public detail::YamlReader {
   public:
     ConfigReader(std::string file, const Environment& env, std::filesystem::path base_dir)
@@ -98,23 +135,35 @@ class ConfigReader : public detail::YamlReader {
 
     ConfigResult Run(std::string_view text);
 
-  private:
-    // The section's keys. Each has a variable SAGAFLOW_<SECTION>_<KEY> that, when set, overrides
-    // it: a scalar's replaces the value; a mapping's ("name=value;name=value") sets those entries
-    // over the file's (EnvEntries); a list's ("a,b") replaces the list.
-    std::optional<YamlFields> Section(const YamlFields& root,
-                                      const std::string& name,
-                                      const std::vector<std::string_view>& scalars,
-                                      const std::vector<std::string_view>& maps,
-                                      const std::vector<std::string_view>& lists = {});
-    // The entries a mapping's variable sets, in its order (empty when it is not set).
-    const std::vector<std::pair<std::string, std::string>>& EnvEntries(const std::string& path) const;
+    // What the keys' read functions use (Keys()).
+    using YamlReader::Bool;
+    using YamlReader::Duration;
+    using YamlReader::Error;
+    using YamlReader::Integer;
+    using YamlReader::MarkOf;
+    using YamlReader::String;
     // `{env: NAME}` or `{file: PATH}`; a plain value only from an environment variable.
     std::optional<std::string> Secret(const YamlFields& fields, std::string_view key, const std::string& path);
-    std::optional<std::string> SecretFrom(const YamlEntry& entry, const std::string& path);
     std::map<std::string, std::string> KafkaProperties(const YamlFields& fields,
                                                        std::string_view key,
                                                        const std::string& path);
+    // A mapping of plain names to plain strings (`example` shows one entry in the error).
+    std::map<std::string, std::string> Names(const YamlFields& fields,
+                                             std::string_view key,
+                                             const std::string& parent,
+                                             const std::string& example);
+    void ReadDbUrl(const YamlFields& db, Config& config);
+    void ReadDbPassword(const YamlFields& db, Config& config);
+    void ReadSagas(const YamlFields& engine, Config& config);
+    void ReadTokens(const YamlFields& http, Config& config);
+
+  private:
+    // The section's fields, the file's with the environment's over them: each key has a variable
+    // SAGAFLOW_<SECTION>_<KEY> that, when set, overrides it as its KeyKind says.
+    std::optional<YamlFields> Section(const YamlFields& root, std::string_view name);
+    // The entries a mapping's variable sets, in its order (empty when it is not set).
+    const std::vector<std::pair<std::string, std::string>>& EnvEntries(const std::string& path) const;
+    std::optional<std::string> SecretFrom(const YamlEntry& entry, const std::string& path);
     // A mapping's entries, the file's (each read by `read`, nullopt when it is refused) and then
     // the environment's (SAGAFLOW_<SECTION>_<KEY>), each handed to `accept`.
     using ReadValue =
@@ -127,17 +176,6 @@ class ConfigReader : public detail::YamlReader {
                  const std::string& bad_name,
                  const ReadValue& read,
                  const Accept& accept);
-    // A mapping of plain names to plain strings (`example` shows one entry in the error).
-    std::map<std::string, std::string> Names(const YamlFields& fields,
-                                             std::string_view key,
-                                             const std::string& parent,
-                                             const std::string& example);
-
-    void ReadDb(const YamlFields& root, Config& config);
-    void ReadKafka(const YamlFields& root, Config& config);
-    void ReadEngine(const YamlFields& root, Config& config);
-    void ReadHttp(const YamlFields& root, Config& config);
-    void ReadParticipant(const YamlFields& root, Config& config);
     void CheckEnvironment();
 
     const Environment& env_;
@@ -148,17 +186,16 @@ class ConfigReader : public detail::YamlReader {
     std::map<std::string, std::vector<std::pair<std::string, std::string>>> env_entries_;  // mapping path -> entries
 };
 
-std::optional<YamlFields> ConfigReader::Section(const YamlFields& root,
-                                                const std::string& name,
-                                                const std::vector<std::string_view>& scalars,
-                                                const std::vector<std::string_view>& maps,
-                                                const std::vector<std::string_view>& lists) {
+std::optional<YamlFields> ConfigReader::Section(const YamlFields& root, std::string_view name) {
+    std::vector<std::string_view> allowed, scalars, maps, lists;
+    for (const auto& key : Keys()) {
+        if (key.section != name) continue;
+        allowed.push_back(key.name);
+        (key.kind == KeyKind::kScalar ? scalars : key.kind == KeyKind::kMapping ? maps : lists).push_back(key.name);
+    }
     YamlFields fields;
-    if (const auto it = root.find(name); it != root.end() && !it->second.value.IsNull()) {
-        std::vector<std::string_view> allowed = scalars;
-        allowed.insert(allowed.end(), maps.begin(), maps.end());
-        allowed.insert(allowed.end(), lists.begin(), lists.end());
-        auto read = Map(it->second.value, MarkOf(it->second), name, allowed);
+    if (const auto it = root.find(std::string(name)); it != root.end() && !it->second.value.IsNull()) {
+        auto read = Map(it->second.value, MarkOf(it->second), std::string(name), allowed);
         if (!read) return std::nullopt;
         fields = std::move(*read);
     }
@@ -174,7 +211,7 @@ std::optional<YamlFields> ConfigReader::Section(const YamlFields& root,
     for (const auto key : scalars) {
         const auto text = variable_of(key);
         if (!text) continue;
-        const std::string path = Join(name, key);
+        const std::string path = Join(std::string(name), key);
         fields[std::string(key)] = YamlEntry{YAML::Node(std::string(key)), YAML::Node(*text)};
         SetOrigin(path, "$" + known_env_.back());
         from_env_.insert(path);
@@ -183,7 +220,7 @@ std::optional<YamlFields> ConfigReader::Section(const YamlFields& root,
         const auto text = variable_of(key);
         if (!text) continue;
         const std::string variable = known_env_.back();
-        const std::string path = Join(name, key);
+        const std::string path = Join(std::string(name), key);
         auto& entries = env_entries_[path];
         std::istringstream in(*text);
         for (std::string item; std::getline(in, item, ';');) {
@@ -208,7 +245,7 @@ std::optional<YamlFields> ConfigReader::Section(const YamlFields& root,
     for (const auto key : lists) {
         const auto text = variable_of(key);
         if (!text) continue;
-        const std::string path = Join(name, key);
+        const std::string path = Join(std::string(name), key);
         YAML::Node list(YAML::NodeType::Sequence);
         std::istringstream in(*text);
         for (std::string item; std::getline(in, item, ',');) {
@@ -360,213 +397,74 @@ std::map<std::string, std::string> ConfigReader::Names(const YamlFields& fields,
     return out;
 }
 
-void ConfigReader::ReadDb(const YamlFields& root, Config& config) {
-    const auto db = Section(root, "db", {"url", "password", "pool_size", "run_migrations"}, {});
-    if (!db) return;
-    auto url = String(*db, "url", "db", {}, false);
+void ConfigReader::ReadDbUrl(const YamlFields& db, Config& config) {
+    auto url = String(db, "url", "db", {}, false);
     if (url && store::RedactUrl(*url) != *url && from_env_.count("db.url") == 0) {
-        Error(MarkOf(db->at("url")),
+        Error(MarkOf(db.at("url")),
               "db.url",
               "the URL holds a password: move it to db.password as {env: VARIABLE} or {file: PATH} (or set "
               "SAGAFLOW_DB_URL in the environment)");
-        url.reset();
-    }
-    const auto password = Secret(*db, "password", "db");
-    if (password) config.db_password = *password;
-    if (password && url) {
-        if (store::RedactUrl(*url) != *url) {
-            Error(MarkOf(db->at("password")), "db.password", "db.url holds a password too: keep one of them");
-        } else {
-            url = WithPassword(*url, *password);
-        }
+        return;
     }
     if (url) config.engine.database_url = config.participant.database_url = *url;
-    if (const auto n = Integer(*db, "pool_size", "db", 2, 200)) {
-        config.engine.database_pool_size = config.participant.database_pool_size = static_cast<int>(*n);
-    }
-    if (const auto b = Bool(*db, "run_migrations", "db"))
-        config.engine.run_migrations = config.participant.run_migrations = *b;
 }
 
-void ConfigReader::ReadKafka(const YamlFields& root, Config& config) {
-    const auto kafka = Section(root,
-                               "kafka",
-                               {"brokers", "replies_topic", "topic_partitions", "create_topics"},
-                               {"properties", "consumer_properties"});
-    if (!kafka) return;
-    static const std::regex kTopic{"[A-Za-z0-9._-]{1,249}"};
-    if (const auto v = String(*kafka, "brokers", "kafka", {}, false)) {
-        config.engine.kafka_brokers = config.participant.kafka_brokers = *v;
+void ConfigReader::ReadDbPassword(const YamlFields& db, Config& config) {
+    const auto password = Secret(db, "password", "db");
+    if (!password) return;
+    config.db_password = *password;
+    const std::string& url = config.engine.database_url;
+    if (url.empty()) return;
+    if (store::RedactUrl(url) != url) {
+        Error(MarkOf(db.at("password")), "db.password", "db.url holds a password too: keep one of them");
+        return;
     }
-    if (const auto v = String(*kafka, "replies_topic", "kafka", {}, false, &kTopic, "letters, digits, '.', '_', '-'")) {
-        config.engine.replies_topic = config.participant.replies_topic = *v;
-    }
-    if (const auto n = Integer(*kafka, "topic_partitions", "kafka", 1, 10'000)) {
-        config.engine.topic_partitions = config.participant.topic_partitions = static_cast<int>(*n);
-    }
-    if (const auto b = Bool(*kafka, "create_topics", "kafka"))
-        config.engine.create_topics = config.participant.create_topics = *b;
-    config.engine.kafka_properties = config.participant.kafka_properties =
-        KafkaProperties(*kafka, "properties", "kafka");
-    config.engine.consumer_properties = config.participant.consumer_properties =
-        KafkaProperties(*kafka, "consumer_properties", "kafka");
+    config.engine.database_url = config.participant.database_url = WithPassword(url, *password);
 }
 
-void ConfigReader::ReadEngine(const YamlFields& root, Config& config) {
-    const auto engine = Section(root,
-                                "engine",
-                                {"instance_id",
-                                 "consumer_group",
-                                 "static_membership",
-                                 "process_sagas",
-                                 "run_relay",
-                                 "timer_max_sleep",
-                                 "history_retention_days"},
-                                {"participant_groups"},
-                                {"sagas"});
-    if (!engine) return;
-    auto& out = config.engine;
-    if (const auto v = String(*engine, "instance_id", "engine", {}, false)) out.instance_id = *v;
-    if (const auto v = String(*engine, "consumer_group", "engine", {}, false)) out.consumer_group = *v;
-    if (const auto b = Bool(*engine, "static_membership", "engine")) out.static_membership = *b;
-    out.participant_groups = Names(*engine, "participant_groups", "engine", "payment: payments-consumers");
-    if (const auto b = Bool(*engine, "process_sagas", "engine")) out.process_sagas = *b;
-    if (const auto b = Bool(*engine, "run_relay", "engine")) out.run_relay = *b;
-    if (const auto d = Duration(*engine, "timer_max_sleep", "engine", 10ms, 60'000ms)) out.timer_max_sleep = *d;
-    // 0 keeps finished sagas; otherwise at least 3 days (longer than every deduplication TTL).
-    if (const auto days = Integer(*engine, "history_retention_days", "engine", 0, 36'500)) {
-        if (*days == 0) {
-            out.history_retention.reset();
-        } else if (*days < 3) {
-            Error(MarkOf(engine->at("history_retention_days")),
-                  "engine.history_retention_days",
-                  std::to_string(*days) +
-                      " is too short: at least 3 days (longer than every deduplication TTL), or 0 to keep finished "
-                      "sagas");
-        } else {
-            out.history_retention = std::chrono::hours(24 * *days);
+void ConfigReader::ReadSagas(const YamlFields& engine, Config& config) {
+    const auto sagas = engine.find("sagas");
+    if (sagas == engine.end() || sagas->second.value.IsNull()) return;
+    if (!sagas->second.value.IsSequence()) {
+        Error(MarkOf(sagas->second), "engine.sagas", "expected a list of saga definition files");
+        return;
+    }
+    std::size_t i = 0;
+    for (const auto& item : sagas->second.value) {
+        const std::string path = "engine.sagas[" + std::to_string(i++) + "]";
+        if (!item.IsScalar()) {
+            Error(item.Mark(), path, "expected a file's path, found " + std::string(detail::KindOfNode(item)));
+            continue;
         }
-    }
-    if (const auto sagas = engine->find("sagas"); sagas != engine->end() && !sagas->second.value.IsNull()) {
-        if (!sagas->second.value.IsSequence()) {
-            Error(MarkOf(sagas->second), "engine.sagas", "expected a list of saga definition files");
-        } else {
-            std::size_t i = 0;
-            for (const auto& item : sagas->second.value) {
-                const std::string path = "engine.sagas[" + std::to_string(i++) + "]";
-                if (!item.IsScalar()) {
-                    Error(item.Mark(), path, "expected a file's path, found " + std::string(detail::KindOfNode(item)));
-                    continue;
-                }
-                // Relative paths: from the file's directory, or the working one for SAGAFLOW_ENGINE_SAGAS.
-                const auto file = (from_env_.count("engine.sagas") != 0 ? std::filesystem::current_path() : base_dir_) /
-                                  item.Scalar();
-                std::error_code ec;
-                if (!std::filesystem::is_regular_file(file, ec)) {
-                    Error(item.Mark(), path, "no such file: " + file.string());
-                    continue;
-                }
-                config.sagas.push_back(file.lexically_normal());
-            }
+        // Relative paths: from the file's directory, or the working one for SAGAFLOW_ENGINE_SAGAS.
+        const auto file =
+            (from_env_.count("engine.sagas") != 0 ? std::filesystem::current_path() : base_dir_) / item.Scalar();
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(file, ec)) {
+            Error(item.Mark(), path, "no such file: " + file.string());
+            continue;
         }
+        config.sagas.push_back(file.lexically_normal());
     }
 }
 
-void ConfigReader::ReadHttp(const YamlFields& root, Config& config) {
-    const auto http = Section(root,
-                              "http",
-                              {"listen",
-                               "worker_threads",
-                               "max_connections",
-                               "max_body_bytes",
-                               "max_header_bytes",
-                               "io_timeout",
-                               "idempotency_ttl",
-                               "allow_unauthenticated"},
-                              {"tokens"});
-    if (!http) return;
-    auto& out = config.engine.http;
-    if (const auto listen = String(*http, "listen", "http", {}, false); listen && !ParseListen(*listen, out)) {
-        Error(MarkOf(http->at("listen")),
-              "http.listen",
-              "expected ADDRESS:PORT (e.g. 0.0.0.0:8080, [::1]:8080; port 0: any free port), found '" + *listen + "'");
-    }
-    if (const auto n = Integer(*http, "worker_threads", "http", 1, 256)) out.worker_threads = static_cast<int>(*n);
-    if (const auto n = Integer(*http, "max_connections", "http", 1, 100'000))
-        out.max_connections = static_cast<int>(*n);
-    if (const auto n = Integer(*http, "max_body_bytes", "http", 1024, 64LL << 20)) {
-        out.max_body_bytes = static_cast<std::size_t>(*n);
-    }
-    if (const auto n = Integer(*http, "max_header_bytes", "http", 1024, 1LL << 20)) {
-        out.max_header_bytes = static_cast<std::size_t>(*n);
-    }
-    if (const auto d = Duration(*http, "io_timeout", "http", 1000ms, 3'600'000ms)) {
-        out.io_timeout = std::chrono::duration_cast<std::chrono::seconds>(*d);
-    }
-    if (const auto b = Bool(*http, "allow_unauthenticated", "http")) out.allow_unauthenticated = *b;
-    // Rule R-DIST-IDEM-5: idempotency records are kept 24 to 72 hours.
-    if (const auto d = Duration(*http, "idempotency_ttl", "http", 24h, 72h)) {
-        out.idempotency_ttl = std::chrono::duration_cast<std::chrono::hours>(*d);
-    }
+void ConfigReader::ReadTokens(const YamlFields& http, Config& config) {
+    auto& tokens = config.engine.http.tokens;
     const auto add_token = [&](const std::string& client, const std::string& token, const YAML::Mark& mark) {
-        const std::string path = Join("http.tokens", client);
-        if (const auto [it, fresh] = out.tokens.emplace(token, client); !fresh) {
-            Error(mark, path, "the same token as client '" + it->second + "': give each client its own");
+        if (const auto [it, fresh] = tokens.emplace(token, client); !fresh) {
+            Error(mark,
+                  Join("http.tokens", client),
+                  "the same token as client '" + it->second + "': give each client its own");
         }
     };
-    if (const auto tokens = http->find("tokens"); tokens != http->end() && !tokens->second.value.IsNull()) {
-        if (!tokens->second.value.IsMap()) {
-            Error(MarkOf(tokens->second),
-                  "http.tokens",
-                  "expected a mapping of client names to tokens, e.g. operator-alice: {env: ALICE_TOKEN}");
-            return;
-        }
-        for (auto t = tokens->second.value.begin(); t != tokens->second.value.end(); ++t) {
-            if (!t->first.IsScalar()) {
-                Error(t->first.Mark(), "http.tokens", "a client's name must be a plain name");
-                continue;
-            }
-            const std::string client = t->first.Scalar();
-            if (from_env_.count(Join("http.tokens", client)) != 0) continue;  // the environment's token replaces it
-            if (const auto token = SecretFrom(YamlEntry{t->first, t->second}, Join("http.tokens", client))) {
-                add_token(client, *token, t->first.Mark());
-            }
-        }
-    }
-    for (const auto& [client, token] : EnvEntries("http.tokens")) add_token(client, token, YAML::Mark::null_mark());
-}
-
-void ConfigReader::ReadParticipant(const YamlFields& root, Config& config) {
-    const auto participant =
-        Section(root, "participant", {"name", "schema", "consumer_group", "run_relay", "inbox_ttl"}, {});
-    if (!participant) return;
-    auto& out = config.participant;
-    static const std::regex kName{"[a-z][a-z0-9-]{0,62}"};
-    static const std::regex kSchema{"[a-z_][a-z0-9_]{0,62}"};
-    if (const auto v = String(*participant,
-                              "name",
-                              "participant",
-                              {},
-                              false,
-                              &kName,
-                              "lowercase letters, digits and '-', as the definitions' participant:")) {
-        out.name = *v;
-    }
-    if (const auto v = String(*participant,
-                              "schema",
-                              "participant",
-                              {},
-                              false,
-                              &kSchema,
-                              "a lowercase SQL identifier (letters, digits, '_')")) {
-        out.schema = *v;
-    }
-    if (const auto v = String(*participant, "consumer_group", "participant", {}, false)) out.consumer_group = *v;
-    if (const auto b = Bool(*participant, "run_relay", "participant")) out.run_relay = *b;
-    // Rule R-DIST-IDEM-5: an inbox remembers an event 24 to 72 hours.
-    if (const auto d = Duration(*participant, "inbox_ttl", "participant", 24h, 72h)) {
-        out.inbox_ttl = std::chrono::duration_cast<std::chrono::hours>(*d);
-    }
+    Mapping(
+        http,
+        "tokens",
+        "http.tokens",
+        "expected a mapping of client names to tokens, e.g. operator-alice: {env: ALICE_TOKEN}",
+        "a client's name must be a plain name",
+        [&](const YamlEntry& entry, const std::string& here, const std::string&) { return SecretFrom(entry, here); },
+        add_token);
 }
 
 void ConfigReader::CheckEnvironment() {
@@ -579,14 +477,447 @@ void ConfigReader::CheckEnvironment() {
             if (name.rfind(prefix, 0) != 0) continue;
             const std::string key = detail::Closest(name.substr(prefix.size()), keys);
             if (key.empty()) continue;
-            diagnostics_.push_back({"$" + name,
-                                    0,
-                                    0,
-                                    "",
-                                    "not a configuration variable (did you mean '" + prefix + key +
-                                        "'?); the variables are SAGAFLOW_<SECTION>_<KEY>, listed in engine/README.md"});
+            diagnostics_.push_back(
+                {"$" + name,
+                 0,
+                 0,
+                 "",
+                 "not a configuration variable (did you mean '" + prefix + key +
+                     "'?); the variables are SAGAFLOW_<SECTION>_<KEY>, listed by sagaflow config --keys"});
         }
     }
+}
+
+// Factories of the common kinds: the range is written once, for the check and for the README.
+using Get = std::function<long long(const Config&)>;
+
+ConfigKey IntegerKey(std::string_view section,
+                     std::string_view name,
+                     long long min,
+                     long long max,
+                     std::string sets,
+                     std::function<void(Config&, long long)> set,
+                     Get get,
+                     std::string fallback = {}) {
+    const auto text = [](long long n) {
+        if (n >= (1LL << 20) && n % (1LL << 20) == 0) return std::to_string(n >> 20) + " MiB";
+        return std::to_string(n);
+    };
+    return {section,
+            name,
+            KeyKind::kScalar,
+            text(min) + "–" + text(max),
+            std::move(fallback),
+            std::move(sets),
+            [=](ConfigReader& r, const YamlFields& f, Config& c) {
+                if (const auto n = r.Integer(f, name, std::string(section), min, max)) set(c, *n);
+            },
+            [get](YAML::Emitter& out, const Config& c) { out << get(c); }};
+}
+
+ConfigKey DurationKey(std::string_view section,
+                      std::string_view name,
+                      milliseconds min,
+                      milliseconds max,
+                      std::string sets,
+                      std::function<void(Config&, milliseconds)> set,
+                      std::function<milliseconds(const Config&)> get) {
+    return {section,
+            name,
+            KeyKind::kScalar,
+            detail::FormatDuration(min) + "–" + detail::FormatDuration(max),
+            {},
+            std::move(sets),
+            [=](ConfigReader& r, const YamlFields& f, Config& c) {
+                if (const auto d = r.Duration(f, name, std::string(section), min, max)) set(c, *d);
+            },
+            [get](YAML::Emitter& out, const Config& c) { out << detail::FormatDuration(get(c)); }};
+}
+
+ConfigKey BoolKey(std::string_view section,
+                  std::string_view name,
+                  std::string sets,
+                  std::function<void(Config&, bool)> set,
+                  std::function<bool(const Config&)> get) {
+    return {section,
+            name,
+            KeyKind::kScalar,
+            "bool",
+            {},
+            std::move(sets),
+            [=](ConfigReader& r, const YamlFields& f, Config& c) {
+                if (const auto b = r.Bool(f, name, std::string(section))) set(c, *b);
+            },
+            [get](YAML::Emitter& out, const Config& c) { out << get(c); }};
+}
+
+struct Pattern {
+    const std::regex* regex = nullptr;
+    std::string_view hint;
+};
+
+ConfigKey StringKey(std::string_view section,
+                    std::string_view name,
+                    std::string type,
+                    std::string fallback,
+                    std::string sets,
+                    std::function<void(Config&, std::string)> set,
+                    std::function<std::string(const Config&)> get,
+                    Pattern pattern = {}) {
+    return {section,
+            name,
+            KeyKind::kScalar,
+            std::move(type),
+            std::move(fallback),
+            std::move(sets),
+            [=](ConfigReader& r, const YamlFields& f, Config& c) {
+                if (auto v = r.String(f, name, std::string(section), {}, false, pattern.regex, pattern.hint)) {
+                    set(c, std::move(*v));
+                }
+            },
+            [get](YAML::Emitter& out, const Config& c) { out << get(c); }};
+}
+
+// A mapping's entries, secrets as ***.
+void ShowMap(YAML::Emitter& out, const std::map<std::string, std::string>& map, bool all_secret = false) {
+    out << YAML::BeginMap;
+    for (const auto& [key, value] : map)
+        out << YAML::Key << key << YAML::Value << (all_secret || IsSecretProperty(key) ? "***" : value);
+    out << YAML::EndMap;
+}
+
+const std::vector<ConfigKey>& Keys() {
+    static const std::regex kTopic{"[A-Za-z0-9._-]{1,249}"};
+    static const std::regex kName{"[a-z][a-z0-9-]{0,62}"};
+    static const std::regex kSchema{"[a-z_][a-z0-9_]{0,62}"};
+    using C = Config;
+    static const std::vector<ConfigKey> kKeys{
+        // db
+        {"db",
+         "url",
+         KeyKind::kScalar,
+         "libpq URL or keyword string, no password",
+         "— (required to run)",
+         "`EngineConfig::database_url`, `ParticipantConfig::database_url`",
+         [](ConfigReader& r, const YamlFields& f, C& c) { r.ReadDbUrl(f, c); },
+         [](YAML::Emitter& out, const C& c) { out << store::RedactUrl(c.engine.database_url); }},
+        {"db",
+         "password",
+         KeyKind::kScalar,
+         "secret",
+         "libpq's `PGPASSWORD`, `~/.pgpass`",
+         "added to the URL",
+         [](ConfigReader& r, const YamlFields& f, C& c) { r.ReadDbPassword(f, c); },
+         nullptr},
+        IntegerKey(
+            "db",
+            "pool_size",
+            2,
+            200,
+            "`database_pool_size` (the engine's own work; with the HTTP API on, the pool has one more connection "
+            "per `http.worker_threads`)",
+            [](C& c, long long n) {
+                c.engine.database_pool_size = c.participant.database_pool_size = static_cast<int>(n);
+            },
+            [](const C& c) { return c.engine.database_pool_size; },
+            "engine 4, participant 2"),
+        BoolKey(
+            "db",
+            "run_migrations",
+            "`run_migrations`",
+            [](C& c, bool b) { c.engine.run_migrations = c.participant.run_migrations = b; },
+            [](const C& c) { return c.engine.run_migrations; }),
+        // kafka
+        StringKey(
+            "kafka",
+            "brokers",
+            "host:port,...",
+            "— (required to run)",
+            "`kafka_brokers`",
+            [](C& c, std::string v) { c.engine.kafka_brokers = c.participant.kafka_brokers = std::move(v); },
+            [](const C& c) { return c.engine.kafka_brokers; }),
+        StringKey(
+            "kafka",
+            "replies_topic",
+            "topic name",
+            {},
+            "`replies_topic`",
+            [](C& c, std::string v) { c.engine.replies_topic = c.participant.replies_topic = std::move(v); },
+            [](const C& c) { return c.engine.replies_topic; },
+            {&kTopic, "letters, digits, '.', '_', '-'"}),
+        IntegerKey(
+            "kafka",
+            "topic_partitions",
+            1,
+            10'000,
+            "`topic_partitions` (topics sagaflow creates)",
+            [](C& c, long long n) { c.engine.topic_partitions = c.participant.topic_partitions = static_cast<int>(n); },
+            [](const C& c) { return c.engine.topic_partitions; }),
+        BoolKey(
+            "kafka",
+            "create_topics",
+            "`create_topics` (false: no admin rights)",
+            [](C& c, bool b) { c.engine.create_topics = c.participant.create_topics = b; },
+            [](const C& c) { return c.engine.create_topics; }),
+        {"kafka",
+         "properties",
+         KeyKind::kMapping,
+         "map; secrets as above",
+         "—",
+         "`kafka_properties`: librdkafka, every client (TLS, SASL)",
+         [](ConfigReader& r, const YamlFields& f, C& c) {
+             c.engine.kafka_properties = c.participant.kafka_properties = r.KafkaProperties(f, "properties", "kafka");
+         },
+         [](YAML::Emitter& out, const C& c) { ShowMap(out, c.engine.kafka_properties); }},
+        {"kafka",
+         "consumer_properties",
+         KeyKind::kMapping,
+         "map",
+         "—",
+         "`consumer_properties`: the consumers only (e.g. `fetch.wait.max.ms: 10` with `fetch.min.bytes: 8192` "
+         "trades up to 10 ms per hop at low rates for fewer, fuller fetches under load)",
+         [](ConfigReader& r, const YamlFields& f, C& c) {
+             c.engine.consumer_properties = c.participant.consumer_properties =
+                 r.KafkaProperties(f, "consumer_properties", "kafka");
+         },
+         [](YAML::Emitter& out, const C& c) { ShowMap(out, c.engine.consumer_properties); }},
+        // engine
+        StringKey(
+            "engine",
+            "instance_id",
+            "string",
+            "hostname-pid",
+            "`EngineConfig::instance_id` (events' `source`; when set, also the reply consumer's "
+            "`group.instance.id`: stable per replica, unique in the group)",
+            [](C& c, std::string v) { c.engine.instance_id = std::move(v); },
+            [](const C& c) { return c.engine.instance_id.empty() ? "(hostname-pid)" : c.engine.instance_id; }),
+        StringKey(
+            "engine",
+            "consumer_group",
+            "string",
+            {},
+            "`EngineConfig::consumer_group`",
+            [](C& c, std::string v) { c.engine.consumer_group = std::move(v); },
+            [](const C& c) { return c.engine.consumer_group; }),
+        BoolKey(
+            "engine",
+            "static_membership",
+            "`EngineConfig::static_membership`: the reply consumer joins as a static member, as `instance_id` or, "
+            "unset, `<hostname>-<slot>` (outbox/README.md, \"Group membership\"); `sagaflow run "
+            "--no-static-membership` turns it off",
+            [](C& c, bool b) { c.engine.static_membership = b; },
+            [](const C& c) { return c.engine.static_membership; }),
+        {"engine",
+         "participant_groups",
+         KeyKind::kMapping,
+         "map",
+         "—",
+         "`EngineConfig::participant_groups`: participant name → its consumer group, whose committed offsets tell "
+         "the step timeouts when a command has been reached (default `sagaflow-participant-<name>`)",
+         [](ConfigReader& r, const YamlFields& f, C& c) {
+             c.engine.participant_groups = r.Names(f, "participant_groups", "engine", "payment: payments-consumers");
+         },
+         [](YAML::Emitter& out, const C& c) { ShowMap(out, c.engine.participant_groups); }},
+        BoolKey(
+            "engine",
+            "process_sagas",
+            "`EngineConfig::process_sagas` (false: an API front end)",
+            [](C& c, bool b) { c.engine.process_sagas = b; },
+            [](const C& c) { return c.engine.process_sagas; }),
+        BoolKey(
+            "engine",
+            "run_relay",
+            "`EngineConfig::run_relay`",
+            [](C& c, bool b) { c.engine.run_relay = b; },
+            [](const C& c) { return c.engine.run_relay; }),
+        DurationKey(
+            "engine",
+            "timer_max_sleep",
+            10ms,
+            60'000ms,
+            "`EngineConfig::timer_max_sleep`",
+            [](C& c, milliseconds d) { c.engine.timer_max_sleep = d; },
+            [](const C& c) { return c.engine.timer_max_sleep; }),
+        {"engine",
+         "history_retention_days",
+         KeyKind::kScalar,
+         "0, or 3–36500",
+         "`0` (keep)",
+         "`EngineConfig::history_retention`: finished sagas older than this are deleted by the daily sweep; at "
+         "least 3 days, longer than every deduplication TTL",
+         [](ConfigReader& r, const YamlFields& f, C& c) {
+             const auto days = r.Integer(f, "history_retention_days", "engine", 0, 36'500);
+             if (!days) return;
+             if (*days == 0) {
+                 c.engine.history_retention.reset();
+             } else if (*days < 3) {
+                 r.Error(r.MarkOf(f.at("history_retention_days")),
+                         "engine.history_retention_days",
+                         std::to_string(*days) +
+                             " is too short: at least 3 days (longer than every deduplication TTL), or 0 to keep "
+                             "finished sagas");
+             } else {
+                 c.engine.history_retention = std::chrono::hours(24 * *days);
+             }
+         },
+         [](YAML::Emitter& out, const C& c) {
+             out << (c.engine.history_retention ? c.engine.history_retention->count() / 24 : 0);
+         }},
+        {"engine",
+         "sagas",
+         KeyKind::kList,
+         "list of files",
+         "—",
+         "`Config::sagas` (registered by `sagaflow run`); relative to the file's folder",
+         [](ConfigReader& r, const YamlFields& f, C& c) { r.ReadSagas(f, c); },
+         [](YAML::Emitter& out, const C& c) {
+             out << YAML::BeginSeq;
+             for (const auto& file : c.sagas) out << file.string();
+             out << YAML::EndSeq;
+         }},
+        // http
+        {"http",
+         "listen",
+         KeyKind::kScalar,
+         "`ADDRESS:PORT`, `[v6]:PORT`; port 0: any",
+         "absent: no HTTP API",
+         "`HttpConfig::enabled`, `address`, `port`",
+         [](ConfigReader& r, const YamlFields& f, C& c) {
+             const auto listen = r.String(f, "listen", "http", {}, false);
+             if (listen && !ParseListen(*listen, c.engine.http)) {
+                 r.Error(r.MarkOf(f.at("listen")),
+                         "http.listen",
+                         "expected ADDRESS:PORT (e.g. 0.0.0.0:8080, [::1]:8080; port 0: any free port), found '" +
+                             *listen + "'");
+             }
+         },
+         [](YAML::Emitter& out, const C& c) {
+             const auto& http = c.engine.http;
+             const bool v6 = http.address.find(':') != std::string::npos;
+             out << (http.enabled ? (v6 ? "[" + http.address + "]" : http.address) + ":" + std::to_string(http.port)
+                                  : "(off)");
+         }},
+        IntegerKey(
+            "http",
+            "worker_threads",
+            1,
+            256,
+            "`HttpConfig::worker_threads`",
+            [](C& c, long long n) { c.engine.http.worker_threads = static_cast<int>(n); },
+            [](const C& c) { return c.engine.http.worker_threads; }),
+        IntegerKey(
+            "http",
+            "max_connections",
+            1,
+            100'000,
+            "`HttpConfig::max_connections`",
+            [](C& c, long long n) { c.engine.http.max_connections = static_cast<int>(n); },
+            [](const C& c) { return c.engine.http.max_connections; }),
+        IntegerKey(
+            "http",
+            "max_body_bytes",
+            1024,
+            64LL << 20,
+            "`HttpConfig::max_body_bytes`",
+            [](C& c, long long n) { c.engine.http.max_body_bytes = static_cast<std::size_t>(n); },
+            [](const C& c) { return static_cast<long long>(c.engine.http.max_body_bytes); }),
+        IntegerKey(
+            "http",
+            "max_header_bytes",
+            1024,
+            1LL << 20,
+            "`HttpConfig::max_header_bytes`",
+            [](C& c, long long n) { c.engine.http.max_header_bytes = static_cast<std::size_t>(n); },
+            [](const C& c) { return static_cast<long long>(c.engine.http.max_header_bytes); }),
+        DurationKey(
+            "http",
+            "io_timeout",
+            1000ms,
+            3'600'000ms,
+            "`HttpConfig::io_timeout`: a request must arrive whole within it",
+            [](C& c, milliseconds d) {
+                c.engine.http.io_timeout = std::chrono::duration_cast<std::chrono::seconds>(d);
+            },
+            [](const C& c) { return milliseconds(c.engine.http.io_timeout); }),
+        // Rule R-DIST-IDEM-5: idempotency records are kept 24 to 72 hours.
+        DurationKey(
+            "http",
+            "idempotency_ttl",
+            24h,
+            72h,
+            "`HttpConfig::idempotency_ttl` (R-DIST-IDEM-5)",
+            [](C& c, milliseconds d) {
+                c.engine.http.idempotency_ttl = std::chrono::duration_cast<std::chrono::hours>(d);
+            },
+            [](const C& c) { return milliseconds(c.engine.http.idempotency_ttl); }),
+        BoolKey(
+            "http",
+            "allow_unauthenticated",
+            "`HttpConfig::allow_unauthenticated`: without `tokens` the API starts only on a loopback address unless "
+            "this is set (`--http-allow-unauthenticated`; logged as a warning); operator endpoints (list, retry, "
+            "cancel) then still answer 403 `operator-token-required`",
+            [](C& c, bool b) { c.engine.http.allow_unauthenticated = b; },
+            [](const C& c) { return c.engine.http.allow_unauthenticated; }),
+        {"http",
+         "tokens",
+         KeyKind::kMapping,
+         "map client → secret",
+         "— (no authentication)",
+         "`HttpConfig::tokens`; `operator*` clients may list, retry and cancel",
+         [](ConfigReader& r, const YamlFields& f, C& c) { r.ReadTokens(f, c); },
+         [](YAML::Emitter& out, const C& c) {
+             std::map<std::string, std::string> clients;
+             for (const auto& [token, client] : c.engine.http.tokens) clients.emplace(client, token);
+             ShowMap(out, clients, true);
+         }},
+        // participant
+        StringKey(
+            "participant",
+            "name",
+            "`[a-z][a-z0-9-]*`",
+            "—",
+            "`ParticipantConfig::name`",
+            [](C& c, std::string v) { c.participant.name = std::move(v); },
+            [](const C& c) { return c.participant.name; },
+            {&kName, "lowercase letters, digits and '-', as the definitions' participant:"}),
+        StringKey(
+            "participant",
+            "schema",
+            "SQL identifier",
+            "the URL's search_path",
+            "`ParticipantConfig::schema`",
+            [](C& c, std::string v) { c.participant.schema = std::move(v); },
+            [](const C& c) { return c.participant.schema; },
+            {&kSchema, "a lowercase SQL identifier (letters, digits, '_')"}),
+        StringKey(
+            "participant",
+            "consumer_group",
+            "string",
+            "`sagaflow-participant-<name>`",
+            "`ParticipantConfig::consumer_group`",
+            [](C& c, std::string v) { c.participant.consumer_group = std::move(v); },
+            [](const C& c) {
+                const auto& p = c.participant;
+                return p.consumer_group.empty() && !p.name.empty() ? "sagaflow-participant-" + p.name
+                                                                   : p.consumer_group;
+            }),
+        BoolKey(
+            "participant",
+            "run_relay",
+            "`ParticipantConfig::run_relay`",
+            [](C& c, bool b) { c.participant.run_relay = b; },
+            [](const C& c) { return c.participant.run_relay; }),
+        // Rule R-DIST-IDEM-5: an inbox remembers an event 24 to 72 hours.
+        DurationKey(
+            "participant",
+            "inbox_ttl",
+            24h,
+            72h,
+            "`ParticipantConfig::inbox_ttl` (R-DIST-IDEM-5)",
+            [](C& c, milliseconds d) { c.participant.inbox_ttl = std::chrono::duration_cast<std::chrono::hours>(d); },
+            [](const C& c) { return milliseconds(c.participant.inbox_ttl); }),
+    };
+    return kKeys;
 }
 
 ConfigResult ConfigReader::Run(std::string_view text) {
@@ -598,14 +929,14 @@ ConfigResult ConfigReader::Run(std::string_view text) {
     }
     // An empty file is a configuration of defaults (and environment variables).
     const YAML::Node root = parsed->IsNull() ? YAML::Node(YAML::NodeType::Map) : *parsed;
-    const auto top = Map(root, root.Mark(), "", {"db", "kafka", "engine", "http", "participant"});
+    const auto top = Map(root, root.Mark(), "", Sections());
     Config config;
-    if (top) {
-        ReadDb(*top, config);
-        ReadKafka(*top, config);
-        ReadEngine(*top, config);
-        ReadHttp(*top, config);
-        ReadParticipant(*top, config);
+    for (const auto section : top ? Sections() : std::vector<std::string_view>{}) {
+        const auto fields = Section(*top, section);
+        if (!fields) continue;
+        for (const auto& key : Keys()) {
+            if (key.section == section) key.read(*this, *fields, config);
+        }
     }
     CheckEnvironment();
     if (diagnostics_.empty()) result.config = std::move(config);
@@ -658,73 +989,34 @@ Config Config::FromFile(const std::filesystem::path& path, const Environment& en
 
 std::string Config::Describe() const {
     YAML::Emitter out;
-    const auto properties = [&](const std::map<std::string, std::string>& map) {
-        out << YAML::BeginMap;
-        for (const auto& [key, value] : map)
-            out << YAML::Key << key << YAML::Value << (IsSecretProperty(key) ? "***" : value);
-        out << YAML::EndMap;
-    };
-    const auto hours = [](std::chrono::hours h) { return std::to_string(h.count()) + "h"; };
     out << YAML::BeginMap;
-    out << YAML::Key << "db" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "url" << YAML::Value << store::RedactUrl(engine.database_url);
-    out << YAML::Key << "pool_size" << YAML::Value << engine.database_pool_size;
-    out << YAML::Key << "run_migrations" << YAML::Value << engine.run_migrations;
-    out << YAML::EndMap;
-    out << YAML::Key << "kafka" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "brokers" << YAML::Value << engine.kafka_brokers;
-    out << YAML::Key << "replies_topic" << YAML::Value << engine.replies_topic;
-    out << YAML::Key << "topic_partitions" << YAML::Value << engine.topic_partitions;
-    out << YAML::Key << "create_topics" << YAML::Value << engine.create_topics;
-    out << YAML::Key << "properties" << YAML::Value;
-    properties(engine.kafka_properties);
-    out << YAML::Key << "consumer_properties" << YAML::Value;
-    properties(engine.consumer_properties);
-    out << YAML::EndMap;
-    out << YAML::Key << "engine" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "instance_id" << YAML::Value
-        << (engine.instance_id.empty() ? "(hostname-pid)" : engine.instance_id);
-    out << YAML::Key << "consumer_group" << YAML::Value << engine.consumer_group;
-    out << YAML::Key << "static_membership" << YAML::Value << engine.static_membership;
-    out << YAML::Key << "participant_groups" << YAML::Value << YAML::BeginMap;
-    for (const auto& [name, group] : engine.participant_groups) {
-        out << YAML::Key << name << YAML::Value << group;
+    for (const auto section : Sections()) {
+        out << YAML::Key << std::string(section) << YAML::Value << YAML::BeginMap;
+        for (const auto& key : Keys()) {
+            if (key.section != section || !key.show) continue;
+            out << YAML::Key << std::string(key.name) << YAML::Value;
+            key.show(out, *this);
+        }
+        out << YAML::EndMap;
     }
     out << YAML::EndMap;
-    out << YAML::Key << "process_sagas" << YAML::Value << engine.process_sagas;
-    out << YAML::Key << "run_relay" << YAML::Value << engine.run_relay;
-    out << YAML::Key << "timer_max_sleep" << YAML::Value << detail::FormatDuration(engine.timer_max_sleep);
-    out << YAML::Key << "history_retention_days" << YAML::Value
-        << (engine.history_retention ? engine.history_retention->count() / 24 : 0);
-    out << YAML::Key << "sagas" << YAML::Value << YAML::BeginSeq;
-    for (const auto& file : sagas) out << file.string();
-    out << YAML::EndSeq << YAML::EndMap;
-    out << YAML::Key << "http" << YAML::Value << YAML::BeginMap;
-    const bool v6 = engine.http.address.find(':') != std::string::npos;
-    out << YAML::Key << "listen" << YAML::Value
-        << (engine.http.enabled
-                ? (v6 ? "[" + engine.http.address + "]" : engine.http.address) + ":" + std::to_string(engine.http.port)
-                : "(off)");
-    out << YAML::Key << "worker_threads" << YAML::Value << engine.http.worker_threads;
-    out << YAML::Key << "max_connections" << YAML::Value << engine.http.max_connections;
-    out << YAML::Key << "max_body_bytes" << YAML::Value << engine.http.max_body_bytes;
-    out << YAML::Key << "max_header_bytes" << YAML::Value << engine.http.max_header_bytes;
-    out << YAML::Key << "io_timeout" << YAML::Value << std::to_string(engine.http.io_timeout.count()) + "s";
-    out << YAML::Key << "idempotency_ttl" << YAML::Value << hours(engine.http.idempotency_ttl);
-    out << YAML::Key << "allow_unauthenticated" << YAML::Value << engine.http.allow_unauthenticated;
-    out << YAML::Key << "tokens" << YAML::Value << YAML::BeginMap;
-    for (const auto& [token, client] : engine.http.tokens) out << YAML::Key << client << YAML::Value << "***";
-    out << YAML::EndMap << YAML::EndMap;
-    out << YAML::Key << "participant" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "name" << YAML::Value << participant.name;
-    out << YAML::Key << "schema" << YAML::Value << participant.schema;
-    out << YAML::Key << "consumer_group" << YAML::Value
-        << (participant.consumer_group.empty() && !participant.name.empty() ? "sagaflow-participant-" + participant.name
-                                                                            : participant.consumer_group);
-    out << YAML::Key << "run_relay" << YAML::Value << participant.run_relay;
-    out << YAML::Key << "inbox_ttl" << YAML::Value << hours(participant.inbox_ttl);
-    out << YAML::EndMap << YAML::EndMap;
     return std::string(out.c_str()) + "\n";
+}
+
+std::string ConfigKeysMarkdown() {
+    std::string out = "| key | variable | type, range | default | sets |\n|---|---|---|---|---|\n";
+    const Config defaults;
+    for (const auto& key : Keys()) {
+        std::string fallback = key.fallback;
+        if (fallback.empty()) {
+            YAML::Emitter value;
+            key.show(value, defaults);
+            fallback = "`" + std::string(value.c_str()) + "`";
+        }
+        out += "| `" + key.Path() + "` | `" + key.Variable() + "` | " + key.type + " | " + fallback + " | " + key.sets +
+               " |\n";
+    }
+    return out;
 }
 
 }  // namespace sagaflow

@@ -1,6 +1,6 @@
 #pragma once
 // The configuration file: one YAML file for `sagaflow run --config` and for services that embed
-// the engine or a participant. engine/README.md ("Configuration") lists every key;
+// the engine or a participant. config/README.md lists every key (ConfigKeysMarkdown());
 // examples/sagaflow.yaml sets each of them and is loaded by the tests, so it stays valid.
 //
 //     const auto config = sagaflow::Config::FromFile("/etc/sagaflow/sagaflow.yaml");  // ConfigError
@@ -70,6 +70,11 @@ ConfigResult LoadConfigFile(const std::filesystem::path& path, const Environment
 // The file's configuration, or with an empty path the defaults; the SAGAFLOW_* variables applied
 // either way (what a command with an optional --config reads).
 ConfigResult LoadConfigOrDefaults(const std::filesystem::path& path, const Environment& env = ProcessEnvironment());
+
+// Every key as the Markdown table in config/README.md: name, environment variable, type and
+// range, default, what it sets (`sagaflow config --keys`). The same table reads the file and
+// prints Describe(), so the README cannot list a key the reader does not know.
+std::string ConfigKeysMarkdown();
 
 // "ADDRESS:PORT" (an IPv6 address in brackets: "[::1]:8080"; port 0: any free port) as the HTTP
 // API's address and port; false if it is not one. `http.listen` and `sagaflow run --http`.

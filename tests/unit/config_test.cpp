@@ -202,7 +202,7 @@ TEST_CASE("secrets come from the environment or a file, never from the file itse
           Lines{"c.yaml:3:18: error: http.tokens.shop.file: ./nowhere.token: cannot read the file: No such file or "
                 "directory"});
     CHECK(Errors("http:\n  tokens:\n    a: {env: T}\n    b: {env: T}\n", {{"T", "same"}}) ==
-          Lines{"c.yaml:4:5: error: http.tokens.b: the same token as client 'a': give each client its own"});
+          Lines{"c.yaml:4:8: error: http.tokens.b: the same token as client 'a': give each client its own"});
 
     TempDir dir;
     dir.Write("db.secret", "s3cret\n");
@@ -247,7 +247,7 @@ TEST_CASE("SAGAFLOW_<SECTION>_<KEY> overrides one key; a bad value names the var
     CHECK(Errors(file, {{"SAGAFLOW_DB_POOL_SIZE", "lots"}, {"SAGAFLOW_HTTP_LISTN", "0.0.0.0:1"}}) ==
           Lines{"$SAGAFLOW_DB_POOL_SIZE: error: db.pool_size: expected an integer, found 'lots'",
                 "$SAGAFLOW_HTTP_LISTN: error: not a configuration variable (did you mean 'SAGAFLOW_HTTP_LISTEN'?); "
-                "the variables are SAGAFLOW_<SECTION>_<KEY>, listed in engine/README.md"});
+                "the variables are SAGAFLOW_<SECTION>_<KEY>, listed by sagaflow config --keys"});
 }
 
 TEST_CASE("mappings and lists from the environment: entries set over the file's, a list replaced") {
@@ -289,7 +289,7 @@ TEST_CASE("mappings and lists from the environment: entries set over the file's,
           Lines{"$SAGAFLOW_HTTP_TOKENS: error: http.tokens.b: the same token as client 'a': give each client its own"});
     CHECK(Errors("", {{"SAGAFLOW_HTTP_TOKEN", "a=t"}}) ==
           Lines{"$SAGAFLOW_HTTP_TOKEN: error: not a configuration variable (did you mean 'SAGAFLOW_HTTP_TOKENS'?); the "
-                "variables are SAGAFLOW_<SECTION>_<KEY>, listed in engine/README.md"});
+                "variables are SAGAFLOW_<SECTION>_<KEY>, listed by sagaflow config --keys"});
 }
 
 TEST_CASE("a malformed file is refused with its position, as a definition would be") {
@@ -300,4 +300,22 @@ TEST_CASE("a malformed file is refused with its position, as a definition would 
     CHECK(Errors("db: {}\n---\nkafka: {}\n") ==
           Lines{"c.yaml:2:1: error: more than one YAML document, or text after the first one ends: one "
                 "configuration a file (sections db, kafka, engine, http, participant)"});
+}
+
+TEST_CASE("config/README.md lists every key as the key table does, and the example file shows each of them") {
+    std::ifstream in(SourceDir() / "config/README.md");
+    const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string table = sagaflow::ConfigKeysMarkdown();
+    CHECK_MESSAGE(readme.find(table) != std::string::npos,
+                  "config/README.md's key table differs from `sagaflow config --keys`: paste its output there");
+    std::ifstream example_in(SourceDir() / "examples/config/sagaflow.yaml");
+    const std::string example((std::istreambuf_iterator<char>(example_in)), std::istreambuf_iterator<char>());
+    for (std::size_t at = table.find("| `"); at != std::string::npos; at = table.find("\n| `", at + 1)) {
+        const auto start = table.find('`', at) + 1;
+        const std::string path = table.substr(start, table.find('`', start) - start);
+        const std::string key = path.substr(path.find('.') + 1);
+        const bool shown = example.find("  " + key + ":") != std::string::npos ||
+                           example.find("  # " + key + ":") != std::string::npos;  // documented, left unset
+        CHECK_MESSAGE(shown, path, " is missing from examples/config/sagaflow.yaml");
+    }
 }

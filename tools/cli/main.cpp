@@ -434,7 +434,7 @@ int main(int argc, char** argv) {
     // --db and --config, for every subcommand that works on a database.
     const auto add_db = [&](CLI::App* sub) {
         sub->add_option("--db", db_flag, "PostgreSQL URL (default: db.url of --config, or $SAGAFLOW_DB_URL)");
-        sub->add_option("--config", config_file, "a sagaflow configuration file (engine/README.md, Configuration)")
+        sub->add_option("--config", config_file, "a sagaflow configuration file (config/README.md)")
             ->check(CLI::ExistingFile);
     };
 
@@ -442,6 +442,9 @@ int main(int argc, char** argv) {
     auto* check_config = app.add_subcommand(
         "config", "Check a configuration file with the SAGAFLOW_* variables applied; print the result, secrets as ***");
     check_config->add_option("FILE", check_file, "YAML configuration file")->check(CLI::ExistingFile);
+    bool config_keys = false;
+    check_config->add_flag(
+        "--keys", config_keys, "print every key as a Markdown table: variable, type and range, default");
 
     std::string migrations_dir;
     auto* migrate = app.add_subcommand("migrate", "Apply the schema migrations (idempotent; safe to run concurrently)");
@@ -586,7 +589,7 @@ int main(int argc, char** argv) {
     if (*graph) return Graph(graph_file, graph_format);
     try {
         if (*check_config) {
-            std::cout << LoadConfig(check_file).Describe();
+            std::cout << (config_keys ? sagaflow::ConfigKeysMarkdown() : LoadConfig(check_file).Describe());
             return 0;
         }
         if (*migrate) return Migrate(DbUrl(db_flag, config_file), migrations_dir);
