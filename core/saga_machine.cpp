@@ -51,6 +51,59 @@ std::optional<Phase> ParsePhase(std::string_view text) noexcept {
     return std::nullopt;
 }
 
+std::string_view ToString(StepPhaseStatus status) noexcept {
+    switch (status) {
+        case StepPhaseStatus::kDispatched:
+            return "dispatched";
+        case StepPhaseStatus::kSucceeded:
+            return "succeeded";
+        case StepPhaseStatus::kFailed:
+            return "failed";
+        case StepPhaseStatus::kTimedOut:
+            return "timed_out";
+        case StepPhaseStatus::kCancelled:
+            return "cancelled";
+    }
+    return "?";
+}
+
+std::ostream& operator<<(std::ostream& out, StepPhaseStatus status) {
+    return out << ToString(status);
+}
+
+std::optional<StepPhaseStatus> ParseStepPhaseStatus(std::string_view text) noexcept {
+    for (const auto status : {StepPhaseStatus::kDispatched,
+                              StepPhaseStatus::kSucceeded,
+                              StepPhaseStatus::kFailed,
+                              StepPhaseStatus::kTimedOut,
+                              StepPhaseStatus::kCancelled}) {
+        if (ToString(status) == text) return status;
+    }
+    return std::nullopt;
+}
+
+StepPhaseStatus StatusOf(const StepPhaseState& phase) noexcept {
+    switch (phase.status) {
+        case StepStatus::kDispatched:
+            return StepPhaseStatus::kDispatched;
+        case StepStatus::kSucceeded:
+            return StepPhaseStatus::kSucceeded;
+        case StepStatus::kFailed:
+            break;
+    }
+    return !phase.outcome_unknown ? StepPhaseStatus::kFailed
+           : phase.cancelled      ? StepPhaseStatus::kCancelled
+                                  : StepPhaseStatus::kTimedOut;
+}
+
+void SetStatus(StepPhaseState& phase, StepPhaseStatus status) noexcept {
+    phase.cancelled = status == StepPhaseStatus::kCancelled;
+    phase.outcome_unknown = status == StepPhaseStatus::kTimedOut || phase.cancelled;
+    phase.status = status == StepPhaseStatus::kDispatched  ? StepStatus::kDispatched
+                   : status == StepPhaseStatus::kSucceeded ? StepStatus::kSucceeded
+                                                           : StepStatus::kFailed;
+}
+
 const StepPhaseState* SagaState::Find(const std::string& step_name, Phase phase) const {
     const auto it = std::find_if(
         phases.begin(), phases.end(), [&](const auto& p) { return p.step_name == step_name && p.phase == phase; });

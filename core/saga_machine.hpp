@@ -34,6 +34,19 @@ std::ostream& operator<<(std::ostream& out, Phase phase);
 std::optional<SagaStatus> ParseSagaStatus(std::string_view text) noexcept;
 std::optional<Phase> ParsePhase(std::string_view text) noexcept;
 
+struct StepPhaseState;
+
+// How a step phase stands as saga_step.status stores it and a saga's view shows it: StepStatus,
+// with the two failures whose outcome is unknown told apart (an action that never answered, one in
+// flight when the saga was cancelled).
+enum class StepPhaseStatus { kDispatched, kSucceeded, kFailed, kTimedOut, kCancelled };
+std::string_view ToString(StepPhaseStatus status) noexcept;
+std::ostream& operator<<(std::ostream& out, StepPhaseStatus status);
+std::optional<StepPhaseStatus> ParseStepPhaseStatus(std::string_view text) noexcept;
+StepPhaseStatus StatusOf(const StepPhaseState& phase) noexcept;
+// Sets the phase's status, outcome_unknown and cancelled as `status` says.
+void SetStatus(StepPhaseState& phase, StepPhaseStatus status) noexcept;
+
 struct StepPhaseState {
     std::string step_name;
     Phase phase = Phase::kAction;

@@ -102,11 +102,12 @@ struct EngineConfig {
 // `Parse...`) are what the HTTP API, the database and `sagaflow show` use.
 using SagaStatus = machine::SagaStatus;
 using StepPhase = machine::Phase;
+using StepPhaseStatus = machine::StepPhaseStatus;
 
 struct StepPhaseRecord {
     std::string step_name;
     StepPhase phase = StepPhase::kAction;
-    std::string status;  // dispatched | succeeded | failed | timed_out | cancelled (the last two: outcome unknown)
+    StepPhaseStatus status = StepPhaseStatus::kDispatched;  // timed_out, cancelled: the outcome is unknown
     int attempt = 1;
     std::string command_event_id;
     nlohmann::json reply;                                                   // null until answered
@@ -128,7 +129,8 @@ struct TimelineEntry {
     // started | dispatched | waiting-for-participant | started | resent | reply | timeout |
     // retry-scheduled | cancelled | deadline-passed | operator-retry | finished | ignored
     std::string kind;
-    std::string step_name, phase;
+    std::string step_name;           // empty: not about a step
+    std::optional<StepPhase> phase;  // with step_name
     int attempt = 0;
     std::string event_id;
     nlohmann::json detail;

@@ -64,7 +64,7 @@ std::optional<SagaView> ReadSagaView(pqxx::transaction_base& tx, const std::stri
                                         saga_id)) {
         view.steps.push_back({Text(s[0]),
                               machine::ParsePhase(Text(s[1])).value_or(StepPhase::kAction),
-                              Text(s[2]),
+                              machine::ParseStepPhaseStatus(Text(s[2])).value_or(StepPhaseStatus::kFailed),
                               s[3].as<int>(),
                               Text(s[4]),
                               Json(s[5]),
@@ -78,8 +78,13 @@ std::optional<SagaView> ReadSagaView(pqxx::transaction_base& tx, const std::stri
                                             "coalesce(attempt, 0), coalesce(event_id::text, ''), detail::text "
                                             "FROM saga_event WHERE saga_id = $1::uuid ORDER BY id",
                                         saga_id)) {
-        view.timeline.push_back(
-            {Text(e[0]), Text(e[1]), Text(e[2]), Text(e[3]), e[4].as<int>(), Text(e[5]), Json(e[6])});
+        view.timeline.push_back({Text(e[0]),
+                                 Text(e[1]),
+                                 Text(e[2]),
+                                 machine::ParsePhase(Text(e[3])),
+                                 e[4].as<int>(),
+                                 Text(e[5]),
+                                 Json(e[6])});
     }
     return view;
 }
@@ -101,7 +106,7 @@ GraphOverlay OverlayOf(const SagaView& saga) {
     overlay.title = "saga " + saga.saga_id + ": " + std::string(machine::ToString(saga.status));
     overlay.saga_status = machine::ToString(saga.status);
     for (const auto& step : saga.steps) {
-        overlay.phases[{step.step_name, std::string(machine::ToString(step.phase))}] = step.status;
+        overlay.phases[{step.step_name, std::string(machine::ToString(step.phase))}] = machine::ToString(step.status);
     }
     return overlay;
 }
@@ -111,7 +116,7 @@ nlohmann::json SagaJson(const SagaView& saga) {
     for (const auto& s : saga.steps) {
         steps.push_back({{"step", s.step_name},
                          {"phase", machine::ToString(s.phase)},
-                         {"status", s.status},
+                         {"status", machine::ToString(s.status)},
                          {"attempt", s.attempt},
                          {"commandEventId", s.command_event_id},
                          {"reply", s.reply},
@@ -123,7 +128,7 @@ nlohmann::json SagaJson(const SagaView& saga) {
         timeline.push_back({{"at", e.at},
                             {"kind", e.kind},
                             {"step", e.step_name},
-                            {"phase", e.phase},
+                            {"phase", e.phase ? machine::ToString(*e.phase) : ""},
                             {"attempt", e.attempt},
                             {"detail", e.detail}});
     }

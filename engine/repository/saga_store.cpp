@@ -19,28 +19,6 @@ using machine::StepStatus;
 
 namespace {
 
-// saga_step.status <-> (StepStatus, outcome_unknown, cancelled): an action that never answered is
-// 'timed_out', one in flight when the saga was cancelled 'cancelled'.
-std::string StepStatusText(const machine::StepPhaseState& phase) {
-    switch (phase.status) {
-        case StepStatus::kDispatched:
-            return "dispatched";
-        case StepStatus::kSucceeded:
-            return "succeeded";
-        case StepStatus::kFailed:
-            return !phase.outcome_unknown ? "failed" : phase.cancelled ? "cancelled" : "timed_out";
-    }
-    return "failed";
-}
-
-void ParseStepStatus(std::string_view text, machine::StepPhaseState& phase) {
-    phase.cancelled = text == "cancelled";
-    phase.outcome_unknown = text == "timed_out" || phase.cancelled;
-    phase.status = text == "dispatched"  ? StepStatus::kDispatched
-                   : text == "succeeded" ? StepStatus::kSucceeded
-                                         : StepStatus::kFailed;
-}
-
 nlohmann::json ParseJson(const pqxx::field& field) {
     if (field.is_null()) return nullptr;
     return nlohmann::json::parse(field.c_str());
@@ -119,7 +97,8 @@ std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
         machine::StepPhaseState phase;
         phase.step_name = row[1].as<std::string>();
         phase.phase = ParsePhase(row[2].as<std::string>()).value_or(Phase::kAction);
-        ParseStepStatus(row[3].as<std::string>(), phase);
+        machine::SetStatus(
+            phase, machine::ParseStepPhaseStatus(row[3].as<std::string>()).value_or(machine::StepPhaseStatus::kFailed));
         phase.attempt = row[4].as<int>();
         phase.reply = ParseJson(row[5]);
         phase.awaiting_retry = row[6].as<bool>();
@@ -397,7 +376,7 @@ Effects Persist(pqxx::transaction_base& tx,
             {saga.saga_id,
              phase.step_name,
              std::string(machine::ToString(phase.phase)),
-             StepStatusText(phase),
+             std::string(machine::ToString(machine::StatusOf(phase))),
              phase.reply.is_null() ? std::nullopt : std::optional<std::string>(phase.reply.dump()),
              open,
              phase.awaiting_retry,

@@ -64,7 +64,9 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     for (const auto& entry : saga->timeline) {
-        std::cout << "  " << entry.at << "  " << entry.kind << " " << entry.step_name << " " << entry.phase << "\n";
+        std::cout << "  " << entry.at << "  " << entry.kind << " " << entry.step_name;
+        if (entry.phase) std::cout << " " << *entry.phase;
+        std::cout << "\n";
     }
     std::cout << "status: " << saga->status << "\n";
     engine.Stop();

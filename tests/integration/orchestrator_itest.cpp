@@ -65,7 +65,7 @@ TEST_CASE("happy path: every step once, in order, data saved and rendered, every
         CHECK(Sequence(received, ids[n]) ==
               std::vector<std::string>{"reserve:action", "charge:action", "confirm:action", "notify:action"});
         REQUIRE(saga->steps.size() == 4);
-        for (const auto& step : saga->steps) CHECK(step.status == "succeeded");
+        for (const auto& step : saga->steps) CHECK(step.status == sagaflow::StepPhaseStatus::kSucceeded);
         CHECK(saga->timeline.front().kind == "started");
         CHECK(saga->timeline.back().kind == "finished");
         CHECK(saga->timeline.back().detail["status"] == "completed");
@@ -348,7 +348,7 @@ TEST_CASE("a saga's deadline cancels it before its point of no return, and no lo
         CHECK(entry.detail["reason"] == "its deadline of 3s passed");
     }
     CHECK(cancelled == 1);
-    CHECK(saga->steps[1].status == "cancelled");
+    CHECK(saga->steps[1].status == sagaflow::StepPhaseStatus::kCancelled);
     // Past the pivot (notify in flight) the deadline only leaves its mark; the saga runs on.
     REQUIRE(WaitFor(
         [&] {

@@ -206,7 +206,7 @@ int Show(const std::string& url, const std::string& saga_id, const std::string& 
         std::cout << fmt::format("  {:<20} {:<13} {:<11} {:>7}  {:<24} {}\n",
                                  p.step_name,
                                  sagaflow::machine::ToString(p.phase),
-                                 p.status,
+                                 sagaflow::machine::ToString(p.status),
                                  p.attempt,
                                  p.dispatched_at,
                                  when);
@@ -218,7 +218,7 @@ int Show(const std::string& url, const std::string& saga_id, const std::string& 
                                  e.at,
                                  e.kind,
                                  e.step_name,
-                                 e.phase,
+                                 e.phase ? sagaflow::machine::ToString(*e.phase) : "",
                                  e.attempt == 0 ? "" : std::to_string(e.attempt),
                                  detail);
     }
