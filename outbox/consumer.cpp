@@ -191,7 +191,7 @@ class Consumer::Impl {
     // Counts failed deliveries: rd_kafka_flush() also returns once every message has *failed*, so
     // the flush alone cannot tell that a dead letter reached the broker.
     detail::ClientPtr MakeDeadLetterProducer() {
-        auto conf = detail::MakeConf(dead_letter_properties_);
+        auto conf = detail::MakeProducerConf(dead_letter_properties_);
         rd_kafka_conf_set_opaque(conf.get(), this);
         rd_kafka_conf_set_dr_msg_cb(conf.get(), [](rd_kafka_t*, const rd_kafka_message_t* message, void* opaque) {
             if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR) {

@@ -129,7 +129,7 @@ ReplayReport ReplayDeadLetters(const std::string& brokers,
     conf["enable.idempotence"] = "true";  // acks=all; a retry is never a second copy
     std::atomic<std::size_t> failed{0};
     std::string first_error;
-    auto producer_conf = MakeConf(conf);
+    auto producer_conf = MakeProducerConf(conf);
     struct Failures {
         std::atomic<std::size_t>* count;
         std::string* first;

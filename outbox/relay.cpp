@@ -218,7 +218,7 @@ class Relay::Impl {
 
     void EnsureProducer() {
         if (producer_) return;
-        auto conf = detail::MakeConf(RelayProducerProperties(options_));
+        auto conf = detail::MakeProducerConf(RelayProducerProperties(options_));
         rd_kafka_conf_set_opaque(conf.get(), this);
         rd_kafka_conf_set_dr_msg_cb(conf.get(), [](rd_kafka_t*, const rd_kafka_message_t* message, void* opaque) {
             auto* slot = static_cast<Slot*>(message->_private);

@@ -13,6 +13,11 @@ ConfPtr MakeConf(const KafkaProperties& properties) {
     return conf;
 }
 
+ConfPtr MakeProducerConf(KafkaProperties properties) {
+    properties.try_emplace("partitioner", kKeyPartitioner);
+    return MakeConf(properties);
+}
+
 void SetProperty(rd_kafka_conf_t* conf, const std::string& key, const std::string& value) {
     std::array<char, 512> errstr{};
     if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr.data(), errstr.size()) != RD_KAFKA_CONF_OK) {

@@ -47,6 +47,13 @@ using QueuePtr = std::unique_ptr<rd_kafka_queue_t, QueueDeleter>;
 // A configuration holding every property; a refused property throws KafkaError naming it.
 ConfPtr MakeConf(const KafkaProperties& properties);
 
+// The configuration of a producer: as MakeConf, with the Java client's partitioner
+// (`partitioner=murmur2_random`, kKeyPartitioner) unless `properties` name one. Every sagaflow
+// producer uses it, so a key lands in the partition kafkajs, the Java client and librdkafka agree on,
+// and a saga's messages keep their order whichever language produced them.
+inline constexpr const char* kKeyPartitioner = "murmur2_random";
+ConfPtr MakeProducerConf(KafkaProperties properties);
+
 // Sets one property; throws KafkaError naming the key and librdkafka's reason.
 void SetProperty(rd_kafka_conf_t* conf, const std::string& key, const std::string& value);
 

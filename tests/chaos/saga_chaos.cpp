@@ -144,10 +144,10 @@ long long EnvNumber(const char* name, long long fallback, long long max) {
 int Redeliver(const std::string& db_url, const std::string& brokers, const std::string& table, int count) {
     using namespace outbox::detail;
     auto producer = MakeClient(RD_KAFKA_PRODUCER,
-                               MakeConf({{"bootstrap.servers", brokers},
-                                         {"enable.idempotence", "true"},
-                                         {"log_level", "0"},
-                                         {"message.timeout.ms", "10000"}}));
+                               MakeProducerConf({{"bootstrap.servers", brokers},
+                                                 {"enable.idempotence", "true"},
+                                                 {"log_level", "0"},
+                                                 {"message.timeout.ms", "10000"}}));
     pqxx::connection conn{db_url};
     pqxx::read_transaction tx{conn};
     int produced = 0;

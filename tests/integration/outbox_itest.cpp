@@ -20,6 +20,7 @@
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
 #include "tests/support/kafka_read.hpp"
+#include "tests/support/murmur2.hpp"
 #include "tests/support/services.hpp"
 
 using namespace sagaflow;
@@ -123,6 +124,36 @@ TEST_CASE("50,000 rows from 8 concurrent writers reach the topic once each, in p
     }
     CHECK(keys.size() == static_cast<std::size_t>(kWriters * kKeysPerWriter));
     CHECK(Count(db.Url(), "SELECT count(*) FROM outbox WHERE attempts = 1") == total);
+}
+
+TEST_CASE("the relay puts each key in the partition the Java client and kafkajs would (murmur2)") {
+    // librdkafka's default partitioner (CRC-32) puts most keys elsewhere: a saga's messages from a
+    // C++ producer and from a kafkajs or Java one would be in two partitions, in no common order.
+    ScratchDatabase db;
+    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+    const std::string topic = UniqueName("partitions");
+    constexpr int kPartitions = 6;
+    testing::CreateTopic(KafkaBrokers(), topic, kPartitions);
+    constexpr int kKeys = 300;
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        for (int i = 0; i < kKeys; ++i) outbox::Enqueue(tx, topic, outbox::NewUuidV7(), TestEvent({{"i", i}}));
+        tx.commit();
+    }
+    outbox::Relay relay{RelayFor(db.Url())};
+    relay.Start();
+    const auto records = testing::ReadTopic(KafkaBrokers(), topic, kKeys, std::chrono::seconds(60));
+    relay.Stop();
+    REQUIRE(records.size() == static_cast<std::size_t>(kKeys));
+    int elsewhere = 0;
+    std::set<int> used;
+    for (const auto& record : records) {
+        used.insert(record.partition);
+        if (record.partition != testing::JavaPartition(record.key, kPartitions)) ++elsewhere;
+    }
+    CHECK(elsewhere == 0);
+    CHECK(used.size() == static_cast<std::size_t>(kPartitions));  // the keys spread over every partition
 }
 
 TEST_CASE("a row that commits late and a re-armed row go out before the later rows of their keys") {

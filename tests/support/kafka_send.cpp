@@ -28,7 +28,8 @@ outbox::CloudEvent SagaEvent(const std::string& saga_id,
 
 void SendEvent(const std::string& brokers, const std::string& topic, const outbox::CloudEvent& event) {
     using namespace outbox::detail;
-    auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", brokers}, {"log_level", "3"}}));
+    auto producer =
+        MakeClient(RD_KAFKA_PRODUCER, MakeProducerConf({{"bootstrap.servers", brokers}, {"log_level", "3"}}));
     const std::string value = event.ToJson().dump();
     if (Produce(producer.get(), topic, event.saga_id, value, nullptr, nullptr) != RD_KAFKA_RESP_ERR_NO_ERROR ||
         rd_kafka_flush(producer.get(), 10'000) != RD_KAFKA_RESP_ERR_NO_ERROR) {

@@ -48,7 +48,7 @@ void ScriptedParticipant::Run() {
                                          {"log_level", "3"}}));
     auto producer = MakeClient(
         RD_KAFKA_PRODUCER,
-        MakeConf(
+        MakeProducerConf(
             {{"bootstrap.servers", brokers_}, {"enable.idempotence", "true"}, {"linger.ms", "2"}, {"log_level", "3"}}));
     rd_kafka_poll_set_consumer(consumer.get());
     TopicPartitionListPtr subscription{rd_kafka_topic_partition_list_new(static_cast<int>(topics_.size()))};

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "outbox/detail/rdkafka.hpp"
+#include "tests/support/murmur2.hpp"
 
 using sagaflow::outbox::KafkaError;
 using namespace sagaflow::outbox::detail;
@@ -48,4 +49,29 @@ TEST_CASE("a client that cannot be created leaves its configuration with the cal
     }
     CHECK(error.find("cannot create a Kafka producer") != std::string::npos);
     CHECK(error.find("acks") != std::string::npos);
+}
+
+TEST_CASE("the test's murmur2 is the Java client's (Kafka's own test vectors)") {
+    using sagaflow::testing::Murmur2;
+    CHECK(Murmur2("21") == -973932308);
+    CHECK(Murmur2("foobar") == -790332482);
+    CHECK(Murmur2("a-little-bit-long-string") == -985981536);
+    CHECK(Murmur2("a-little-bit-longer-string") == -1486304829);
+    CHECK(Murmur2("lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") == -58897971);
+    CHECK(Murmur2("abc") == 479470107);
+}
+
+TEST_CASE("a producer's configuration hashes keys as the Java client does, unless the properties choose") {
+    const auto partitioner = [](const sagaflow::outbox::KafkaProperties& properties) {
+        auto conf = MakeProducerConf(properties);
+        // librdkafka keeps topic properties of a global configuration in its default topic one.
+        rd_kafka_topic_conf_t* topic = rd_kafka_conf_get_default_topic_conf(conf.get());
+        REQUIRE(topic != nullptr);
+        char value[64];
+        std::size_t size = sizeof value;
+        REQUIRE(rd_kafka_topic_conf_get(topic, "partitioner", value, &size) == RD_KAFKA_CONF_OK);
+        return std::string(value);
+    };
+    CHECK(partitioner({}) == "murmur2_random");
+    CHECK(partitioner({{"partitioner", "consistent"}}) == "consistent");
 }

@@ -54,7 +54,7 @@ class Duplicator {
         : db_url_(std::move(db_url)),
           producer_(outbox::detail::MakeClient(
               RD_KAFKA_PRODUCER,
-              outbox::detail::MakeConf(
+              outbox::detail::MakeProducerConf(
                   {{"bootstrap.servers", brokers}, {"enable.idempotence", "true"}, {"log_level", "3"}}))) {}
 
     void Add(const std::string& saga_id) {
