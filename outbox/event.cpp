@@ -1,6 +1,7 @@
 #include "outbox/event.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -28,6 +29,82 @@ nlohmann::json CloudEvent::ToJson() const {
     return out;
 }
 
+namespace {
+
+// The attributes both modes share, checked alike. `attribute` reads one by name (empty: absent).
+template <typename Attribute>
+std::optional<CloudEvent> ReadAttributes(const Attribute& attribute, std::string& reason) {
+    CloudEvent event;
+    event.id = attribute("id");
+    if (event.id.empty()) {
+        reason = "no id";
+        return std::nullopt;
+    }
+    if (!store::IsUuid(event.id)) {
+        reason = "id is not a UUID";
+        return std::nullopt;
+    }
+    event.type = attribute("type");
+    event.source = attribute("source");
+    if (event.type.empty() || event.source.empty()) {
+        reason = "not a CloudEvent: type and source are required";
+        return std::nullopt;
+    }
+    event.time = attribute("time");
+    event.saga_id = attribute("sagaid");
+    event.step_name = attribute("stepname");
+    event.phase = attribute("phase");
+    event.correlation_id = attribute("correlationid");
+    if (ValidTraceparent(attribute("traceparent"))) {
+        event.traceparent = attribute("traceparent");
+        if (ValidTracestate(attribute("tracestate"))) event.tracestate = attribute("tracestate");
+    }
+    return event;
+}
+
+// The media type of a content-type value, lowercase, without parameters ("; charset=utf-8").
+std::string MediaType(std::string_view content_type) {
+    std::string out(content_type.substr(0, content_type.find(';')));
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+    return out;
+}
+
+bool IsJsonMediaType(const std::string& type) {
+    return type == "application/json" || (type.size() > 5 && type.compare(type.size() - 5, 5, "+json") == 0);
+}
+
+std::optional<CloudEvent> ParseBinary(std::string_view value,
+                                      const RecordHeaders& headers,
+                                      const std::optional<std::string>& content_type,
+                                      std::string& reason) {
+    const auto header = [&](const char* name) -> std::string {
+        const auto it = headers.find(std::string("ce_") + name);
+        return it == headers.end() ? std::string() : it->second;
+    };
+    if (header("specversion") != "1.0") {
+        reason = "binary-mode CloudEvent: ce_specversion is '" + header("specversion") + "', not \"1.0\"";
+        return std::nullopt;
+    }
+    if (content_type && !IsJsonMediaType(MediaType(*content_type))) {
+        reason = "binary-mode CloudEvent with data of content-type '" + *content_type +
+                 "': sagaflow reads JSON data (content-type application/json)";
+        return std::nullopt;
+    }
+    auto event = ReadAttributes(header, reason);
+    if (!event) return std::nullopt;
+    if (value.empty()) return event;  // no data: an empty object
+    auto data = nlohmann::json::parse(value.begin(), value.end(), nullptr, false);
+    if (data.is_discarded()) {
+        reason = "binary-mode CloudEvent whose data (the record value) is not JSON";
+        return std::nullopt;
+    }
+    event->data = std::move(data);
+    return event;
+}
+
+}  // namespace
+
 std::optional<CloudEvent> ParseCloudEvent(std::string_view value, std::string& reason) {
     const auto json = nlohmann::json::parse(value.begin(), value.end(), nullptr, false);
     if (json.is_discarded()) {
@@ -46,32 +123,38 @@ std::optional<CloudEvent> ParseCloudEvent(std::string_view value, std::string& r
         reason = "not a CloudEvent: specversion is not \"1.0\"";
         return std::nullopt;
     }
-    CloudEvent event;
-    event.id = text("id");
-    if (event.id.empty()) {
-        reason = "no id";
+    auto event = ReadAttributes(text, reason);
+    if (!event) return std::nullopt;
+    if (const auto it = json.find("data"); it != json.end()) event->data = *it;
+    return event;
+}
+
+std::optional<CloudEvent> ParseKafkaRecord(std::string_view value, const RecordHeaders& headers, std::string& reason) {
+    std::optional<std::string> content_type;
+    if (const auto it = headers.find("content-type"); it != headers.end()) content_type = it->second;
+    const std::string media = content_type ? MediaType(*content_type) : std::string();
+    if (media.rfind("application/cloudevents", 0) == 0) {
+        if (media != kCloudEventsContentType) {
+            reason = "structured-mode CloudEvent in format '" + *content_type +
+                     "': sagaflow reads application/cloudevents+json";
+            return std::nullopt;
+        }
+        return ParseCloudEvent(value, reason);
+    }
+    if (headers.count("ce_specversion") != 0) return ParseBinary(value, headers, content_type, reason);
+    if (content_type && !IsJsonMediaType(media)) {
+        reason = "not a CloudEvent: content-type '" + *content_type +
+                 "' and no ce_specversion header; send structured mode (content-type "
+                 "application/cloudevents+json) or binary mode (ce_* headers, JSON data)";
         return std::nullopt;
     }
-    if (!store::IsUuid(event.id)) {
-        reason = "id is not a UUID";
-        return std::nullopt;
+    // No content-type (or a JSON one) and no ce_ headers: a structured value whose header was left off.
+    auto event = ParseCloudEvent(value, reason);
+    if (!event && reason.rfind("not a CloudEvent: specversion", 0) == 0) {
+        reason =
+            "not a CloudEvent: no specversion in the value (structured mode) and no ce_specversion header "
+            "(binary mode)";
     }
-    event.type = text("type");
-    event.source = text("source");
-    if (event.type.empty() || event.source.empty()) {
-        reason = "not a CloudEvent: type and source are required";
-        return std::nullopt;
-    }
-    event.time = text("time");
-    event.saga_id = text("sagaid");
-    event.step_name = text("stepname");
-    event.phase = text("phase");
-    event.correlation_id = text("correlationid");
-    if (ValidTraceparent(text("traceparent"))) {
-        event.traceparent = text("traceparent");
-        if (ValidTracestate(text("tracestate"))) event.tracestate = text("tracestate");
-    }
-    if (const auto it = json.find("data"); it != json.end()) event.data = *it;
     return event;
 }
 

@@ -1,8 +1,10 @@
 #pragma once
-// The message format (DESIGN.md §3): CloudEvents 1.0, Kafka binding, structured mode. The record
-// value is the envelope below as JSON; the record key is the saga id; the header `content-type` is
-// `application/cloudevents+json`.
+// The message format (docs/protocol.md): CloudEvents 1.0 in the Kafka protocol binding. sagaflow
+// writes structured mode: the record value is the envelope below as JSON, the record key the saga
+// id, the header `content-type` is `application/cloudevents+json`. It reads structured and binary
+// mode (attributes in `ce_*` headers, the value is the data, `content-type` the data's type).
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -29,9 +31,18 @@ struct CloudEvent {
     nlohmann::json ToJson() const;
 };
 
-// Parses and checks a record value. On failure returns nullopt and puts the reason (for the DLQ
-// header) in `reason`.
+// Parses and checks a structured-mode record value. On failure returns nullopt and puts the reason
+// (for the DLQ header) in `reason`.
 std::optional<CloudEvent> ParseCloudEvent(std::string_view value, std::string& reason);
+
+// A Kafka record's headers by name (the last of a repeated name).
+using RecordHeaders = std::map<std::string, std::string, std::less<>>;
+
+// A record in either content mode: `content-type: application/cloudevents+json` (or no content-type
+// and a JSON value with specversion) is structured; a `ce_specversion` header is binary mode, whose
+// data must be JSON (content-type absent, application/json or any +json type). Anything else fails
+// with a reason that says which mode was seen and what sagaflow expects.
+std::optional<CloudEvent> ParseKafkaRecord(std::string_view value, const RecordHeaders& headers, std::string& reason);
 
 // W3C Trace Context: a traceparent of version 00 ("00-" 32 hex "-" 16 hex "-" 2 hex, lowercase, ids
 // not all zeros) or of a later version (its first four fields in that form); a tracestate of up to

@@ -43,7 +43,8 @@ void ReplyHandler::OnReply(pqxx::work& tx,
     };
     if (!store::IsUuid(e.saga_id)) return ignore({}, "the reply names no saga (sagaid '" + e.saga_id + "')");
     const auto phase = machine::ParsePhase(e.phase);
-    if (!phase) return ignore({}, "unknown phase '" + e.phase + "'");
+    // From here on the reply names a saga: what is wrong with it goes into that saga's timeline.
+    if (!phase) return ignore(e.saga_id, "unknown phase '" + e.phase + "'");
     machine::Outcome outcome;
     if (outcome_text == "success") {
         outcome = machine::Outcome::kSuccess;
@@ -52,7 +53,7 @@ void ReplyHandler::OnReply(pqxx::work& tx,
     } else if (outcome_text == "retry") {
         outcome = machine::Outcome::kRetry;
     } else {
-        return ignore({}, "data.outcome must be success, failure or retry, not '" + outcome_text + "'");
+        return ignore(e.saga_id, "data.outcome must be success, failure or retry, not '" + outcome_text + "'");
     }
     std::optional<LoadedSaga> saga;
     if (const auto it = locked.find(e.saga_id); it != locked.end()) {

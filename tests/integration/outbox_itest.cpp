@@ -6,6 +6,7 @@
 
 #include <future>
 #include <map>
+#include <mutex>
 #include <pqxx/pqxx>
 #include <random>
 #include <set>
@@ -446,6 +447,59 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
     const auto wrong = testing::RunCli("dlq " + topic + " --brokers " + brokers);
     CHECK(wrong.code == 2);
     CHECK(wrong.err.find("is not a dead-letter topic") != std::string::npos);
+}
+
+TEST_CASE("binary-mode CloudEvents (ce_ headers) are applied like structured ones; other content types are refused") {
+    ConsumerSetup setup{"itest-binary"};
+    using namespace outbox::detail;
+    // Each record: value and headers, as kafkajs with the CloudEvents SDK's Kafka.binary() sends them.
+    const auto send = [&](const std::string& value, const std::vector<std::pair<std::string, std::string>>& h) {
+        auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeProducerConf({{"bootstrap.servers", setup.brokers}}));
+        HeadersPtr headers{rd_kafka_headers_new(h.size())};
+        for (const auto& [name, text] : h) {
+            rd_kafka_header_add(headers.get(), name.c_str(), -1, text.data(), static_cast<ssize_t>(text.size()));
+        }
+        REQUIRE(Produce(producer.get(), setup.topic, "saga-1", value, headers.get(), nullptr) == 0);
+        static_cast<void>(headers.release());  // the producer owns them now
+        REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    };
+    const auto binary = [](const std::string& id, const std::string& content_type) {
+        std::vector<std::pair<std::string, std::string>> h{
+            {"ce_specversion", "1.0"}, {"ce_id", id}, {"ce_type", "Test.v1"}, {"ce_source", "kafkajs"}};
+        if (!content_type.empty()) h.emplace_back("content-type", content_type);
+        return h;
+    };
+    const std::string first = outbox::NewUuidV7();
+    const std::string second = outbox::NewUuidV7();
+    send(R"({"n":1})", binary(first, "application/json"));
+    send(R"({"n":2})", binary(second, ""));
+    send(R"({"n":2})", binary(second, ""));  // a redelivery: the inbox drops it
+    send("<n>3</n>", binary(outbox::NewUuidV7(), "application/xml"));
+    send(R"({"n":4})", {{"content-type", "application/json"}});  // neither mode
+
+    std::mutex mutex;
+    std::map<std::string, nlohmann::json> applied;
+    outbox::Consumer consumer{*setup.pool, setup.options, [&](pqxx::work& tx, const outbox::InboundEvent& in) {
+                                  ApplyEffect(tx, in);
+                                  const std::lock_guard lock(mutex);
+                                  applied[in.event.id] = in.event.data;
+                              }};
+    consumer.Start();
+    const auto& m = consumer.Metrics();
+    CHECK(WaitFor([&] { return m.dead_lettered.load() == 2 && m.applied.load() + m.duplicates.load() == 3; },
+                  std::chrono::seconds(60)));
+    consumer.Stop();
+    CHECK(m.applied.load() == 2);
+    CHECK(applied == std::map<std::string, nlohmann::json>{{first, {{"n", 1}}}, {second, {{"n", 2}}}});
+    CHECK(Count(setup.db.Url(), "SELECT count(*) FROM effect WHERE applied = 1") == 2);
+    const auto dlq = testing::ReadTopic(setup.brokers, setup.topic + ".dlq", 2, std::chrono::seconds(60));
+    std::set<std::string> reasons;
+    for (const auto& record : dlq) reasons.insert(record.headers.at("sagaflow-dlq-reason"));
+    CHECK(reasons == std::set<std::string>{
+                         "binary-mode CloudEvent with data of content-type 'application/xml': sagaflow reads JSON data "
+                         "(content-type application/json)",
+                         "not a CloudEvent: no specversion in the value (structured mode) and no ce_specversion "
+                         "header (binary mode)"});
 }
 
 TEST_CASE("a malformed record too large to copy into a dead letter goes there without its value") {

@@ -2,6 +2,7 @@
 
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "core/saga_id.hpp"
 #include "outbox/event.hpp"
@@ -118,5 +119,81 @@ TEST_CASE("a saga id is parsed once: UUID text in either case, nothing else") {
         INFO(bad);
         CHECK_FALSE(SagaId::Parse(bad).has_value());
         CHECK_FALSE(sagaflow::store::IsUuid(bad));  // the store's check is the same one
+    }
+}
+
+TEST_CASE("a Kafka record is read in structured or binary mode; anything else names what it saw and expects") {
+    using sagaflow::outbox::ParseKafkaRecord;
+    using sagaflow::outbox::RecordHeaders;
+    const std::string id = "01901234-5678-7000-8000-000000000000";
+    const RecordHeaders binary{{"ce_specversion", "1.0"},
+                               {"ce_id", id},
+                               {"ce_type", "ChargePayment.v1.reply"},
+                               {"ce_source", "payment-ts"},
+                               {"ce_sagaid", "01901234-5678-7000-8000-0000000000aa"},
+                               {"ce_stepname", "charge"},
+                               {"ce_phase", "action"},
+                               {"ce_correlationid", "01901234-5678-7000-8000-0000000000bb"},
+                               {"content-type", "application/json; charset=utf-8"}};
+    std::string reason;
+    const auto read = ParseKafkaRecord(R"({"outcome":"success","paymentId":"p-1"})", binary, reason);
+    REQUIRE_MESSAGE(read, reason);
+    CHECK(read->id == id);
+    CHECK(read->type == "ChargePayment.v1.reply");
+    CHECK(read->saga_id == "01901234-5678-7000-8000-0000000000aa");
+    CHECK(read->step_name == "charge");
+    CHECK(read->phase == "action");
+    CHECK(read->correlation_id == "01901234-5678-7000-8000-0000000000bb");
+    CHECK(read->data == nlohmann::json{{"outcome", "success"}, {"paymentId", "p-1"}});
+
+    // Structured mode, with its content-type or without any.
+    sagaflow::outbox::CloudEvent event;
+    event.id = id;
+    event.type = "T.v1";
+    event.source = "s";
+    event.data = {{"a", 1}};
+    const std::string structured = event.ToJson().dump();
+    CHECK(ParseKafkaRecord(structured, {{"content-type", "application/cloudevents+json"}}, reason));
+    CHECK(ParseKafkaRecord(structured, {}, reason));
+    CHECK(ParseKafkaRecord(structured, {{"content-type", "application/json"}}, reason));
+
+    auto no_content_type = binary;
+    no_content_type.erase("content-type");
+    CHECK(ParseKafkaRecord(R"({"outcome":"success"})", no_content_type, reason));  // JSON data by default
+    auto no_data = ParseKafkaRecord("", no_content_type, reason);
+    REQUIRE(no_data);
+    CHECK(no_data->data == nlohmann::json::object());
+
+    auto old_version = binary;
+    old_version["ce_specversion"] = "0.3";
+    auto no_id = binary;
+    no_id.erase("ce_id");
+    auto avro = binary;
+    avro["content-type"] = "application/avro";
+    const std::tuple<std::string, RecordHeaders, std::string> refused[] = {
+        {R"({"outcome":"success"})", old_version, "binary-mode CloudEvent: ce_specversion is '0.3', not \"1.0\""},
+        {R"({"outcome":"success"})", no_id, "no id"},
+        {"\x01\x02",
+         avro,
+         "binary-mode CloudEvent with data of content-type 'application/avro': sagaflow reads JSON data "
+         "(content-type application/json)"},
+        {"not json", binary, "binary-mode CloudEvent whose data (the record value) is not JSON"},
+        {structured,
+         {{"content-type", "application/cloudevents+avro"}},
+         "structured-mode CloudEvent in format 'application/cloudevents+avro': sagaflow reads "
+         "application/cloudevents+json"},
+        {"hello",
+         {{"content-type", "text/plain"}},
+         "not a CloudEvent: content-type 'text/plain' and no ce_specversion header; send structured mode "
+         "(content-type application/cloudevents+json) or binary mode (ce_* headers, JSON data)"},
+        {R"({"outcome":"success"})",
+         {},
+         "not a CloudEvent: no specversion in the value (structured mode) and no ce_specversion header (binary "
+         "mode)"},
+    };
+    for (const auto& [value, headers, expected] : refused) {
+        CAPTURE(value);
+        CHECK_FALSE(ParseKafkaRecord(value, headers, reason));
+        CHECK(reason == expected);
     }
 }
