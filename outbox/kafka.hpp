@@ -2,10 +2,12 @@
 // Public Kafka vocabulary of the outbox module. Free of librdkafka types so that embedding services
 // do not inherit <librdkafka/rdkafka.h>.
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sagaflow::outbox {
@@ -22,6 +24,12 @@ class KafkaError : public std::runtime_error {
 
 // "KEY=VALUE" strings (command-line flags) as properties; KafkaError naming the bad one otherwise.
 KafkaProperties ParseKafkaProperties(const std::vector<std::string>& pairs);
+
+// The partition the Java client, kafkajs's default partitioner and librdkafka's murmur2 partitioners
+// (every sagaflow producer: partitioner=murmur2_random) give a record key: murmur2 of its bytes, made
+// positive, modulo `partitions`. Murmur2 is the Java client's Utils.murmur2.
+std::int32_t Murmur2(std::string_view key);
+int KeyPartition(std::string_view key, int partitions);
 
 // librdkafka's reason for refusing `key` = `value` (an unknown key, a value out of its range), or
 // nullopt when it takes it. Checks the property alone, as the configuration file is read.

@@ -326,6 +326,8 @@ class Participant::Impl {
         if (stored) {
             // Answered before: the same reply again, never the effect again. A tombstone answers the
             // late action it was waiting for.
+            // TEST ONLY: a participant that skips what it has seen, for the conformance kit to catch.
+            if (store::GuardDisabled("reanswer")) return;
             if (batch != nullptr) Flush(tx, *batch);  // replies leave in the order of their commands
             if (stored->status == "refused" && stored->reply_event_id.empty()) {
                 ++refused_late_actions_;

@@ -1,7 +1,8 @@
 #pragma once
 // Test-only switches that disable one guard, to prove the audit catches its absence, or inject a
 // fault that a test cannot cause from outside.
-// SAGAFLOW_TEST_DISABLE_GUARD=inbox,dispatch-dedup,anti-hanging,payment-unique disables those;
+// SAGAFLOW_TEST_DISABLE_GUARD=inbox,dispatch-dedup,anti-hanging,payment-unique,reanswer disables those
+// (reanswer: a participant skips a command it has answered instead of sending the stored reply);
 // unset (always, in production) disables nothing. A process with a disabled guard says so loudly.
 // Compiled in only with the CMake option SAGAFLOW_TEST_SWITCHES (the dev, asan and tsan presets);
 // any other build ignores the variable.

@@ -47,7 +47,9 @@ int main(int argc, char** argv) {
             "UPDATE orders SET status = 'approved', payment_id = $2, updated_at = now() WHERE order_id = $1 AND "
             "status <> 'cancelled'",
             {c.data.value("orderId", ""),
-             c.data["paymentId"].is_string() ? std::optional(c.data["paymentId"].get<std::string>()) : std::nullopt});
+             c.data.contains("paymentId") && c.data.at("paymentId").is_string()
+                 ? std::optional(c.data.at("paymentId").get<std::string>())
+                 : std::nullopt});
         if (updated == 0) return sagaflow::StepReply::Retry("order not found yet");
         return sagaflow::StepReply::Success();
     });

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "examples/order-payment/service.hpp"
@@ -29,6 +30,11 @@ int main(int argc, char** argv) {
     int slow_every = 0;
     app.add_option("--slow-every", slow_every, "the provider is slow (--slow-ms) on every Nth charge; 0: never")
         ->capture_default_str();
+    std::string retry_prefix;
+    app.add_option("--retry-orders",
+                   retry_prefix,
+                   "PREFIX: the provider is unavailable at the first charge of each order whose id starts with it "
+                   "(the handler answers Retry; the engine's next attempt charges)");
     CLI11_PARSE(app, argc, argv);
     std::map<std::string, int> slow;  // order -> milliseconds, for its first charge only
     for (const auto& spec : slow_orders) {
@@ -64,7 +70,8 @@ int main(int argc, char** argv) {
             "  saga_id      uuid        NOT NULL,"
             "  refunded_at  timestamptz NOT NULL DEFAULT now())");
     });
-    int charges = 0;  // the consumer thread runs the handlers one at a time
+    int charges = 0;                         // the consumer thread runs the handlers one at a time
+    std::set<std::string> unavailable_once;  // orders answered Retry already
     participant.OnAction("ChargePayment.v1", [&](sagaflow::Transaction& tx, const sagaflow::Command& c) {
         const auto& d = c.data;
         const std::string order_id = d.value("orderId", "");
@@ -75,6 +82,9 @@ int main(int argc, char** argv) {
             slow.erase(it);
         } else if (every) {
             std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+        }
+        if (!retry_prefix.empty() && order_id.rfind(retry_prefix, 0) == 0 && unavailable_once.insert(order_id).second) {
+            return sagaflow::StepReply::Retry("the payment provider is unavailable");
         }
         if (std::stod(amount) > limit) {
             return sagaflow::StepReply::Failure("declined: " + amount + " is over the customer's limit");
@@ -103,7 +113,9 @@ int main(int argc, char** argv) {
         const auto rows = tx.Query(
             "SELECT payment_id::text FROM payment WHERE (payment_id::text = $1 OR ($1 IS NULL AND saga_id = "
             "$2::uuid)) AND saga_id = $2::uuid",
-            {c.data["paymentId"].is_string() ? std::optional(c.data["paymentId"].get<std::string>()) : std::nullopt,
+            {c.data.contains("paymentId") && c.data.at("paymentId").is_string()
+                 ? std::optional(c.data.at("paymentId").get<std::string>())
+                 : std::nullopt,
              c.saga_id});
         for (const auto& row : rows) {
             tx.Execute("INSERT INTO refund (payment_id, saga_id) VALUES ($1::uuid, $2::uuid) ON CONFLICT DO NOTHING",

@@ -21,7 +21,6 @@
 #include "store/migrations.hpp"
 #include "store/pool.hpp"
 #include "tests/support/kafka_read.hpp"
-#include "tests/support/murmur2.hpp"
 #include "tests/support/services.hpp"
 
 using namespace sagaflow;
@@ -151,7 +150,7 @@ TEST_CASE("the relay puts each key in the partition the Java client and kafkajs 
     std::set<int> used;
     for (const auto& record : records) {
         used.insert(record.partition);
-        if (record.partition != testing::JavaPartition(record.key, kPartitions)) ++elsewhere;
+        if (record.partition != outbox::KeyPartition(record.key, kPartitions)) ++elsewhere;
     }
     CHECK(elsewhere == 0);
     CHECK(used.size() == static_cast<std::size_t>(kPartitions));  // the keys spread over every partition
@@ -514,8 +513,9 @@ TEST_CASE("a malformed record too large to copy into a dead letter goes there wi
         using namespace outbox::detail;
         // Idempotent, so a retried request cannot put the second record first (the check of the
         // origin below saw "@1" once with a plain producer).
-        auto producer = MakeClient(
-            RD_KAFKA_PRODUCER, MakeProducerConf({{"bootstrap.servers", setup.brokers}, {"enable.idempotence", "true"}}));
+        auto producer =
+            MakeClient(RD_KAFKA_PRODUCER,
+                       MakeProducerConf({{"bootstrap.servers", setup.brokers}, {"enable.idempotence", "true"}}));
         REQUIRE(Produce(producer.get(), setup.topic, "k", std::string(1990, 'x'), nullptr, nullptr) == 0);
         REQUIRE(Produce(producer.get(), setup.topic, "k", good.ToJson().dump(), nullptr, nullptr) == 0);
         REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "outbox/detail/rdkafka.hpp"
-#include "tests/support/murmur2.hpp"
+#include "outbox/kafka.hpp"
 
 using sagaflow::outbox::KafkaError;
 using namespace sagaflow::outbox::detail;
@@ -51,8 +51,8 @@ TEST_CASE("a client that cannot be created leaves its configuration with the cal
     CHECK(error.find("acks") != std::string::npos);
 }
 
-TEST_CASE("the test's murmur2 is the Java client's (Kafka's own test vectors)") {
-    using sagaflow::testing::Murmur2;
+TEST_CASE("Murmur2 is the Java client's (Kafka's own test vectors)") {
+    using sagaflow::outbox::Murmur2;
     CHECK(Murmur2("21") == -973932308);
     CHECK(Murmur2("foobar") == -790332482);
     CHECK(Murmur2("a-little-bit-long-string") == -985981536);
