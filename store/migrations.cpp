@@ -45,6 +45,29 @@ std::vector<Migration> MigrationsFromDir(const std::filesystem::path& dir) {
     return out;
 }
 
+namespace {
+
+// A URL whose search_path names a schema that does not exist yet (a participant's, e.g.
+// options=-csearch_path%3Dpayments) gets it created, as Participant::Start does; without a schema
+// PostgreSQL's own error ("no schema has been selected to create in") names no fix.
+void CreateSearchPathSchema(pqxx::work& tx) {
+    const auto row = tx.exec1("SELECT current_schema() IS NULL, current_setting('search_path')");
+    if (!row[0].as<bool>()) return;
+    const std::string path = row[1].as<std::string>();
+    std::string first = path.substr(0, path.find(','));
+    first.erase(0, first.find_first_not_of(" \""));
+    first.erase(first.find_last_not_of(" \"") + 1);
+    static const std::regex kPlain{"[a-z_][a-z0-9_]{0,62}"};
+    if (!std::regex_match(first, kPlain)) {
+        throw MigrationError("the connection's search_path (" + path +
+                             ") names no schema that exists. Hint: create the schema first, or name a plain "
+                             "lowercase one in the URL (options=-csearch_path%3Dpayments) for migrate to create");
+    }
+    tx.exec("CREATE SCHEMA IF NOT EXISTS " + tx.quote_name(first));
+}
+
+}  // namespace
+
 MigrateReport MigrateBlocking(const std::string& url, const std::vector<Migration>& migrations) {
     CheckSequence(migrations);
     auto conn = ConnectOnce(url);
@@ -56,6 +79,7 @@ MigrateReport MigrateBlocking(const std::string& url, const std::vector<Migratio
     try {
         {
             pqxx::work tx{*conn};
+            CreateSearchPathSchema(tx);
             tx.exec(
                 "CREATE TABLE IF NOT EXISTS sagaflow_migration ("
                 "version int PRIMARY KEY, name text NOT NULL, checksum text NOT NULL, "

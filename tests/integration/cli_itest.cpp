@@ -43,6 +43,20 @@ TEST_CASE("sweep and audit against a database without sagaflow's tables say to m
     CHECK(sweep.out.find("deleted 0 processed_event") != std::string::npos);
 }
 
+TEST_CASE("migrate creates the schema a URL's search_path names (a participant's tables), or says how to") {
+    ScratchDatabase db;
+    const std::string url = db.Url() + (db.Url().find('?') == std::string::npos ? "?" : "&");
+    const CliRun run = RunCli("migrate --db '" + url + "options=-csearch_path%3Dpayments'");
+    INFO(run.err);
+    CHECK(run.code == 0);
+    CHECK(Count(db.Url(),
+                "SELECT count(*) FROM pg_tables WHERE schemaname = 'payments' AND tablename IN ('processed_event', "
+                "'participant_step', 'outbox')") == 3);
+    const CliRun bad = RunCli("migrate --db '" + url + "options=-csearch_path%3DNo-Such'");
+    CHECK(bad.code == 1);
+    CHECK(bad.err.find("names no schema that exists. Hint:") != std::string::npos);
+}
+
 namespace {
 
 // A saga of `type` with `status`, created `created_days` and last changed `ended_days` ago, with
