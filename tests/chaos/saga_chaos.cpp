@@ -33,6 +33,7 @@
 
 using namespace sagaflow;
 using testing::ExampleRig;
+using testing::Redeliver;
 
 namespace {
 
@@ -137,33 +138,6 @@ long long EnvNumber(const char* name, long long fallback, long long max) {
                                     std::to_string(max));
     }
     return number;
-}
-
-// Re-publishes the last `count` published rows of an outbox, as a relay that crashed between the
-// broker's acknowledgement and its commit would: same event id, same bytes.
-int Redeliver(const std::string& db_url, const std::string& brokers, const std::string& table, int count) {
-    using namespace outbox::detail;
-    auto producer = MakeClient(RD_KAFKA_PRODUCER,
-                               MakeProducerConf({{"bootstrap.servers", brokers},
-                                                 {"enable.idempotence", "true"},
-                                                 {"log_level", "0"},
-                                                 {"message.timeout.ms", "10000"}}));
-    pqxx::connection conn{db_url};
-    pqxx::read_transaction tx{conn};
-    int produced = 0;
-    for (const auto& row : tx.exec("SELECT topic, message_key, payload::text FROM " + table +
-                                   " WHERE published_at IS NOT NULL ORDER BY id DESC LIMIT " + std::to_string(count))) {
-        if (Produce(producer.get(),
-                    row[0].as<std::string>(),
-                    row[1].as<std::string>(),
-                    row[2].as<std::string>(),
-                    nullptr,
-                    nullptr) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-            ++produced;
-        }
-    }
-    rd_kafka_flush(producer.get(), 10'000);
-    return produced;
 }
 
 // Moves the committed offsets of `group` on `topic` back by `back` per partition: its next

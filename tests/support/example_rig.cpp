@@ -4,6 +4,11 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <stdexcept>
+
+#include <pqxx/pqxx>
+
+#include "outbox/detail/rdkafka.hpp"
 
 namespace sagaflow::testing {
 
@@ -126,6 +131,34 @@ ExampleRig::Process ExampleRig::SpawnPaymentService(const std::vector<std::strin
                         extra);
 }
 
+std::vector<ExampleRig::Process> ExampleRig::SpawnNodePaymentService(const std::vector<std::string>& extra) const {
+    const std::string url =
+        db_url_ + (db_url_.find('?') == std::string::npos ? "?" : "&") + "options=-csearch_path%3Dpayments";
+    const CliRun migrated = RunCli("migrate --db '" + url + "'");
+    if (migrated.code != 0) throw std::runtime_error("sagaflow migrate of schema payments failed: " + migrated.err);
+    std::vector<Process> processes;
+    processes.push_back(
+        std::make_unique<detail::ChildProcess>(SagaflowCli(),
+                                               std::vector<std::string>{"relay", "--db", url, "--brokers", brokers_},
+                                               logs_ + "/payment-relay.log"));
+    std::vector<std::string> args{"node",
+                                  RequiredEnv("SAGAFLOW_PAYMENT_TS"),
+                                  "--db",
+                                  db_url_,
+                                  "--brokers",
+                                  brokers_,
+                                  "--name",
+                                  payment_,
+                                  "--replies-topic",
+                                  replies_,
+                                  "--consumer-property",
+                                  "session.timeout.ms=6000"};
+    if (!create_topics_) args.emplace_back("--no-create-topics");
+    args.insert(args.end(), extra.begin(), extra.end());
+    processes.push_back(std::make_unique<detail::ChildProcess>("/usr/bin/env", args, logs_ + "/payment-ts.log"));
+    return processes;
+}
+
 std::unique_ptr<Engine> ExampleRig::FrontEnd() const {
     EngineConfig config;
     config.database_url = db_url_;
@@ -167,6 +200,35 @@ AuditReport ExampleRig::Audit() const {
     options.participant_schemas = {"orders", "payments"};
     options.payments_schema = "payments";
     return AuditBlocking(options);
+}
+
+}  // namespace sagaflow::testing
+
+namespace sagaflow::testing {
+
+int Redeliver(const std::string& db_url, const std::string& brokers, const std::string& table, int count) {
+    using namespace outbox::detail;
+    auto producer = MakeClient(RD_KAFKA_PRODUCER,
+                               MakeProducerConf({{"bootstrap.servers", brokers},
+                                                 {"enable.idempotence", "true"},
+                                                 {"log_level", "0"},
+                                                 {"message.timeout.ms", "10000"}}));
+    pqxx::connection conn{db_url};
+    pqxx::read_transaction tx{conn};
+    int produced = 0;
+    for (const auto& row : tx.exec("SELECT topic, message_key, payload::text FROM " + table +
+                                   " WHERE published_at IS NOT NULL ORDER BY id DESC LIMIT " + std::to_string(count))) {
+        if (Produce(producer.get(),
+                    row[0].as<std::string>(),
+                    row[1].as<std::string>(),
+                    row[2].as<std::string>(),
+                    nullptr,
+                    nullptr) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+            ++produced;
+        }
+    }
+    rd_kafka_flush(producer.get(), 10'000);
+    return produced;
 }
 
 }  // namespace sagaflow::testing

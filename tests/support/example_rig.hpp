@@ -35,6 +35,10 @@ class ExampleRig {
                               const std::vector<std::string>& extra = {}) const;
     Process SpawnPaymentService(const std::vector<std::string>& env = {},
                                 const std::vector<std::string>& extra = {}) const;
+    // The TypeScript payment service (examples/payment-ts; SAGAFLOW_PAYMENT_TS names its dist/main.js)
+    // in schema payments, as docs/protocol.md tells a participant outside C++: its tables made by
+    // `sagaflow migrate`, its replies published by a `sagaflow relay` (the first process returned).
+    std::vector<Process> SpawnNodePaymentService(const std::vector<std::string>& extra = {}) const;
     // An engine in this process that only starts and reads sagas.
     std::unique_ptr<Engine> FrontEnd() const;
 
@@ -64,5 +68,9 @@ class ExampleRig {
     std::string logs_;
     bool create_topics_ = true;
 };
+
+// Re-publishes the last `count` published rows of an outbox table, as a relay that crashed between
+// the broker's acknowledgement and its commit would: same event id, same bytes. Returns how many.
+int Redeliver(const std::string& db_url, const std::string& brokers, const std::string& table, int count);
 
 }  // namespace sagaflow::testing
