@@ -19,32 +19,40 @@
 
 using namespace sagaflow;
 
-TEST_CASE("the order-payment demo against the real broker keeps the money invariant") {
-    testing::ScratchDatabase db;
+namespace {
+
+// Runs `sagaflow demo` against the real broker on `db`, with `extra` flags; its exit status and output.
+std::pair<int, std::string> RunDemo(const testing::ScratchDatabase& db, const std::vector<std::string>& extra) {
     const std::string source = std::getenv("SAGAFLOW_SOURCE_DIR");
     const char* services = std::getenv("SAGAFLOW_SERVICES_BIN");
     REQUIRE_MESSAGE(services != nullptr, "SAGAFLOW_SERVICES_BIN is not set: run this test through ctest");
     const std::string log = "/tmp/" + testing::UniqueName("demo") + ".log";
+    std::vector<std::string> args{"demo",
+                                  "--db",
+                                  db.Url(),
+                                  "--kafka",
+                                  testing::KafkaBrokers(),
+                                  "--saga",
+                                  source + "/sagas/order-payment.yaml",
+                                  "--services-dir",
+                                  services};
+    args.insert(args.end(), extra.begin(), extra.end());
     int status = 0;
     {
-        detail::ChildProcess demo{testing::SagaflowCli(),
-                                  {"demo",
-                                   "--db",
-                                   db.Url(),
-                                   "--kafka",
-                                   testing::KafkaBrokers(),
-                                   "--saga",
-                                   source + "/sagas/order-payment.yaml",
-                                   "--services-dir",
-                                   services,
-                                   "--sagas",
-                                   "20"},
-                                  log};
+        detail::ChildProcess demo{testing::SagaflowCli(), args, log};
         const int raw = demo.Wait();
         status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
     }
-    const std::string output = testing::ReadFile(log);
+    std::string output = testing::ReadFile(log);
     std::remove(log.c_str());
+    return {status, std::move(output)};
+}
+
+}  // namespace
+
+TEST_CASE("the order-payment demo against the real broker keeps the money invariant") {
+    testing::ScratchDatabase db;
+    const auto [status, output] = RunDemo(db, {"--sagas", "20"});
     INFO(output);
     CHECK(status == 0);
     CHECK(output.find("money invariant holds") != std::string::npos);
@@ -221,6 +229,20 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
                victim + "'",
            "DELETE FROM payments.payment p WHERE NOT EXISTS (SELECT 1 FROM saga_instance i WHERE i.saga_id = "
            "p.saga_id)");
+}
+
+TEST_CASE("the demo with the TypeScript payment service keeps the money invariant") {
+    // ./scripts/demo --payment-service node, on the test's broker: the same scenario (declines, slow
+    // charges, a cancel mid-charge, duplicated commands, the payment service killed and restarted).
+    testing::ScratchDatabase db;
+    const auto [status, output] = RunDemo(
+        db,
+        {"--sagas", "15", "--payment-service", "node", "--node-service", testing::RequiredEnv("SAGAFLOW_PAYMENT_TS")});
+    INFO(output);
+    CHECK(status == 0);
+    CHECK(output.find("TypeScript payment service (schema payments) started") != std::string::npos);
+    CHECK(output.find("money invariant holds") != std::string::npos);
+    CHECK(testing::Count(db.Url(), "SELECT count(*) FROM payments.participant_step") > 0);  // the TypeScript one's
 }
 
 TEST_CASE("the engine and both example services run from configuration files alone") {

@@ -16,6 +16,7 @@
 #include "outbox/detail/rdkafka.hpp"
 #include "outbox/embedded_kafka.hpp"
 #include "outbox/uuid.hpp"
+#include "store/migrations.hpp"
 #include "tools/audit.hpp"
 #include "tools/child_process.hpp"
 
@@ -211,12 +212,20 @@ int RunDemo(const DemoOptions& o) {
     namespace fs = std::filesystem;
     const fs::path order_bin = fs::path(o.services_dir) / "sagaflow-order-service";
     const fs::path payment_bin = fs::path(o.services_dir) / "sagaflow-payment-service";
-    for (const auto& bin : {order_bin, payment_bin}) {
+    const bool node = o.payment_service == "node";
+    for (const auto& bin : {order_bin, node ? fs::path(o.node_service) : payment_bin}) {
         if (!fs::exists(bin)) {
             std::cerr << "demo: " << bin.string()
-                      << " is missing. Hint: build the examples (./scripts/demo does) or pass --services-dir\n";
+                      << " is missing. Hint: build the examples (./scripts/demo does; the TypeScript one needs "
+                         "npm) or pass --services-dir / --node-service\n";
             return 1;
         }
+    }
+    if (node && o.kafka.empty()) {
+        std::cerr << "demo: the TypeScript payment service (kafkajs) cannot use the embedded Kafka (librdkafka's mock "
+                     "cluster). Hint: pass --kafka HOST:PORT; ./scripts/demo --payment-service node starts a private "
+                     "broker\n";
+        return 1;
     }
     const std::string run = outbox::NewUuidV7().substr(24);  // order ids unique to this run
     const fs::path logs = fs::temp_directory_path() / ("sagaflow-demo-" + run);
@@ -247,13 +256,31 @@ int RunDemo(const DemoOptions& o) {
                                       "session.timeout.ms=6000"};
         if (embedded) args.emplace_back("--no-create-topics");
         args.insert(args.end(), extra.begin(), extra.end());
+        if (bin.extension() == ".js") {  // the TypeScript service: node runs it
+            args.insert(args.begin(), {"node", bin.string()});
+            return std::make_unique<detail::ChildProcess>("/usr/bin/env", args, (logs / (name + ".log")).string());
+        }
         return std::make_unique<detail::ChildProcess>(bin.string(), args, (logs / (name + ".log")).string());
     };
     auto order = spawn(order_bin, "order-service", {});
     const std::vector<std::string> payment_args{
         "--slow-order", slow_order + ":20000", "--slow-order", cancelled_order + ":4000", "--limit", "500"};
-    auto payment = spawn(payment_bin, "payment-service", payment_args);
-    Say("order service (schema orders) and payment service (schema payments) started; logs in " + logs.string());
+    // The TypeScript service keeps the protocol's tables in schema payments (made as a participant
+    // outside C++ makes them, by `sagaflow migrate`) and `sagaflow relay` publishes its replies.
+    std::unique_ptr<detail::ChildProcess> payment_relay;
+    if (node) {
+        const std::string url =
+            o.db_url + (o.db_url.find('?') == std::string::npos ? "?" : "&") + "options=-csearch_path%3Dpayments";
+        store::MigrateBlocking(url, store::BuiltinMigrations());
+        payment_relay =
+            std::make_unique<detail::ChildProcess>(fs::read_symlink("/proc/self/exe").string(),
+                                                   std::vector<std::string>{"relay", "--db", url, "--brokers", brokers},
+                                                   (logs / "payment-relay.log").string());
+    }
+    const fs::path payment_program = node ? fs::path(o.node_service) : payment_bin;
+    auto payment = spawn(payment_program, "payment-service", payment_args);
+    Say(std::string("order service (schema orders) and ") + (node ? "TypeScript " : "") +
+        "payment service (schema payments) started; logs in " + logs.string());
 
     EngineConfig config;
     config.database_url = o.db_url;
@@ -312,7 +339,7 @@ int RunDemo(const DemoOptions& o) {
             payment->KillAndWait(SIGKILL);
             Say("payment service killed (SIGKILL)");
             std::this_thread::sleep_for(std::chrono::seconds(1));
-            payment = spawn(payment_bin, "payment-service", payment_args);
+            payment = spawn(payment_program, "payment-service", payment_args);
             ++restarts;
             Say("payment service restarted");
         }

@@ -11,6 +11,10 @@ struct DemoOptions {
     std::string services_dir;  // where sagaflow-order-service and sagaflow-payment-service are
     std::string saga_file;     // sagas/order-payment.yaml
     int sagas = 40;
+    // "cpp": sagaflow-payment-service; "node": the TypeScript one (examples/payment-ts) at
+    // `node_service`, its replies published by a `sagaflow relay` from schema payments.
+    std::string payment_service = "cpp";
+    std::string node_service;
 };
 
 // Runs the scenario, prints progress, the outcomes, one timeline and the money invariant. Returns

@@ -608,7 +608,11 @@ int main(int argc, char** argv) {
         // Next to this binary in a build tree: <build>/tools/cli/sagaflow -> <build>/examples/order-payment.
         std::error_code ec;
         const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-        if (!ec) demo_options.services_dir = (self.parent_path() / "../../examples/order-payment").lexically_normal();
+        if (!ec) {
+            demo_options.services_dir = (self.parent_path() / "../../examples/order-payment").lexically_normal();
+            demo_options.node_service =
+                (self.parent_path() / "../../examples/payment-ts/dist/main.js").lexically_normal();
+        }
     }
     demo_options.saga_file = "sagas/order-payment.yaml";
     auto* demo =
@@ -620,6 +624,13 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     demo->add_option("--saga", demo_options.saga_file, "the order-payment definition")
         ->check(CLI::ExistingFile)
+        ->capture_default_str();
+    demo->add_option("--payment-service",
+                     demo_options.payment_service,
+                     "cpp: the C++ payment service; node: the TypeScript one (examples/payment-ts)")
+        ->check(CLI::IsMember({"cpp", "node"}))
+        ->capture_default_str();
+    demo->add_option("--node-service", demo_options.node_service, "the TypeScript payment service's main.js")
         ->capture_default_str();
     demo->add_option("--sagas", demo_options.sagas, "how many sagas")
         ->check(CLI::Range(5, 100000))

@@ -3,7 +3,7 @@
 // and the tests can run either. Replies leave through the outbox table, published by `sagaflow relay`.
 import { randomUUID } from "node:crypto";
 import { CloudEvent, Kafka as CeKafka } from "cloudevents";
-import { Kafka, logLevel, KafkaMessage, Partitioners, Producer } from "kafkajs";
+import { Consumer, Kafka, logLevel, KafkaMessage, Partitioners, Producer } from "kafkajs";
 import { Pool, PoolClient } from "pg";
 import { Options, parseOptions } from "./options";
 
@@ -347,9 +347,11 @@ async function main(): Promise<void> {
   if (options.createTopics) {
     const admin = kafka.admin();
     await admin.connect();
-    await admin.createTopics({
-      topics: [`${options.name}.commands`, options.repliesTopic].map((topic) => ({ topic, numPartitions: 6 })),
-    });
+    const existing = new Set(await admin.listTopics());
+    const wanted = [`${options.name}.commands`, options.repliesTopic].filter((topic) => !existing.has(topic));
+    if (wanted.length > 0) {
+      await admin.createTopics({ topics: wanted.map((topic) => ({ topic, numPartitions: 6 })) });
+    }
     await admin.disconnect();
   }
   // kafkajs's default partitioner is the Java client's murmur2, as every sagaflow producer's: named
@@ -361,29 +363,46 @@ async function main(): Promise<void> {
   });
   await producer.connect();
   const participant = new Participant(options, pool, paymentHandlers(options), producer);
-  const consumer = kafka.consumer({
-    groupId: participant.groupId,
-    sessionTimeout: options.sessionTimeoutMs,
-    heartbeatInterval: Math.min(3000, Math.floor(options.sessionTimeoutMs / 3)),
-  });
-  await consumer.connect();
-  await consumer.subscribe({ topic: participant.topic, fromBeginning: true });
+  // A consumer that stops is started again after a pause, whatever stopped it: a broker away, or a
+  // join refused while a member of another client (a C++ replica's cooperative assignor) is still
+  // registered in the group. A participant that stops reading stalls every saga it takes part in.
+  let consumer: Consumer | undefined;
   let stopping = false;
+  const startConsumer = async (): Promise<void> => {
+    const current = kafka.consumer({
+      groupId: participant.groupId,
+      sessionTimeout: options.sessionTimeoutMs,
+      heartbeatInterval: Math.min(3000, Math.floor(options.sessionTimeoutMs / 3)),
+    });
+    consumer = current;
+    current.on(current.events.CRASH, (event) => {
+      if (event.payload.restart || stopping) return; // kafkajs restarts it itself
+      log(`consumer stopped (${event.payload.error.message}); starting it again in 2 s`);
+      setTimeout(() => {
+        current
+          .disconnect()
+          .catch(() => undefined)
+          .then(() => (stopping ? undefined : startConsumer()))
+          .catch((e) => log(`consumer start failed: ${(e as Error).message}`));
+      }, 2000);
+    });
+    await current.connect();
+    await current.subscribe({ topic: participant.topic, fromBeginning: true });
+    // Offsets are committed after eachMessage resolves, so after the record's transaction.
+    await current.run({ eachMessage: async ({ partition, message }) => participant.onRecord(partition, message) });
+  };
   const stop = async () => {
     if (stopping) return;
     stopping = true;
     log("stopping");
-    await consumer.disconnect().catch(() => undefined);
+    await consumer?.disconnect().catch(() => undefined);
     await producer.disconnect().catch(() => undefined);
     await pool.end().catch(() => undefined);
     process.exit(0);
   };
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);
-  // Offsets are committed after eachMessage resolves, so after the record's transaction.
-  await consumer.run({
-    eachMessage: async ({ partition, message }) => participant.onRecord(partition, message),
-  });
+  await startConsumer();
   log(`running: consuming ${participant.topic} as ${participant.groupId}`);
 }
 
