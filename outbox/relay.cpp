@@ -249,6 +249,20 @@ class Relay::Impl {
         }
         if (rows.empty()) return 0;
         std::vector<Slot> slots(rows.size());
+        Produce(rows, slots);
+        if (!Delivered()) return -1;
+        const std::size_t marked = Mark(conn, slots);
+        position_.Claimed(Claimed(slots),
+                          std::stoull(rows[0][7].as<std::string>()),
+                          std::chrono::steady_clock::now(),
+                          options_.poll_interval);
+        metrics_.published += marked;
+        return static_cast<int>(rows.size());
+    }
+
+    // Hands each claimed row to the producer, in order; a row behind a failed row of its key is
+    // skipped (its slot stays kPending: not claimed, it holds the position).
+    void Produce(const pqxx::result& rows, std::vector<Slot>& slots) {
         std::unordered_set<std::string> blocked_keys;
         pending_ = 0;
         for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -284,14 +298,18 @@ class Relay::Impl {
                 slot.produced = true;
                 ++pending_;
             } else if (err == RD_KAFKA_RESP_ERR__FATAL) {
-                break;  // the producer is unusable: handled below, not the row's fault
+                break;  // the producer is unusable: Delivered() handles it, not the row's fault
             } else {
                 slot.err = err;
                 blocked_keys.insert(slot.key);
             }
         }
-        // Wait for every delivery report: librdkafka retries internally (same bytes, same
-        // producer sequence), so this only returns early on a fatal error or when stopping.
+    }
+
+    // Waits for every delivery report: librdkafka retries internally (same bytes, same producer
+    // sequence), so this only gives up on a fatal error, stalled deliveries, or when stopping —
+    // then the producer is replaced, its rows stay unpublished, and it returns false.
+    bool Delivered() {
         std::chrono::steady_clock::time_point stop_deadline{};
         std::string fatal;
         auto last_progress = std::chrono::steady_clock::now();
@@ -319,43 +337,52 @@ class Relay::Impl {
         // A fatal error may also arrive as the error of every delivery report: then it is the
         // producer's failure, not the rows', and nothing may be marked failed.
         if (fatal.empty()) fatal = detail::FatalError(producer_.get());
-        if (pending_ > 0 || !fatal.empty()) {
-            ++metrics_.failed_batches;
-            if (!fatal.empty()) {
-                spdlog::error("relay: fatal producer error: {}; replacing the producer and publishing the batch again",
-                              fatal);
-                ++metrics_.producer_restarts;
-            } else if (stalled) {
-                spdlog::warn(
-                    "relay: no delivery report for {} ms with {} deliveries outstanding; replacing the producer and "
-                    "publishing the batch again with the same event ids",
-                    options_.stall_timeout.count(),
-                    pending_);
-                ++metrics_.producer_restarts;
-            } else {
-                spdlog::warn(
-                    "relay: {} deliveries unacknowledged after the drain timeout; they will be published "
-                    "again with the same event ids",
-                    pending_);
-            }
-            // Destroying the producer purges what it still holds; the rows stay unpublished.
-            rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-            rd_kafka_poll(producer_.get(), 0);
-            producer_.reset();
-            return -1;
+        if (pending_ == 0 && fatal.empty()) return true;
+        ++metrics_.failed_batches;
+        if (!fatal.empty()) {
+            spdlog::error("relay: fatal producer error: {}; replacing the producer and publishing the batch again",
+                          fatal);
+            ++metrics_.producer_restarts;
+        } else if (stalled) {
+            spdlog::warn(
+                "relay: no delivery report for {} ms with {} deliveries outstanding; replacing the producer and "
+                "publishing the batch again with the same event ids",
+                options_.stall_timeout.count(),
+                pending_);
+            ++metrics_.producer_restarts;
+        } else {
+            spdlog::warn(
+                "relay: {} deliveries unacknowledged after the drain timeout; they will be published again with the "
+                "same event ids",
+                pending_);
         }
-        // One pass sorts the slots: delivered (to mark, at the versions claimed), failed (to
-        // schedule again), and claimed — a row skipped behind a failed row of its key was not
-        // claimed: it holds the position.
+        // Destroying the producer purges what it still holds.
+        rd_kafka_purge(producer_.get(), RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(producer_.get(), 0);
+        producer_.reset();
+        return false;
+    }
+
+    // The ids of the rows the batch took (delivered or failed; not those skipped behind a failure).
+    static std::vector<long long> Claimed(const std::vector<Slot>& slots) {
+        std::vector<long long> claimed;
+        for (const auto& slot : slots) {
+            if (slot.err != kPending) claimed.push_back(slot.id);
+        }
+        return claimed;
+    }
+
+    // Marks the delivered rows published (at the versions claimed) and schedules the failed ones
+    // again: delivered rows alone in one statement, with failed rows one transaction for all.
+    // Returns how many rows were marked.
+    std::size_t Mark(pqxx::connection& conn, const std::vector<Slot>& slots) {
         std::vector<long long> delivered;
         std::vector<long long> versions;
         std::vector<long long> partitions;
         std::vector<long long> offsets;
         std::vector<const Slot*> failed;
-        std::vector<long long> claimed;
         for (const auto& slot : slots) {
             if (slot.err == kPending) continue;
-            claimed.push_back(slot.id);
             if (slot.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
                 delivered.push_back(slot.id);
                 versions.push_back(slot.version);
@@ -365,7 +392,6 @@ class Relay::Impl {
                 failed.push_back(&slot);
             }
         }
-        // Delivered rows alone: one statement. With failed rows, one transaction for all.
         const auto write = [&](pqxx::transaction_base& tx) {
             for (const Slot* slot : failed) {
                 const double backoff = std::min(static_cast<double>(options_.max_backoff.count()),
@@ -386,21 +412,14 @@ class Relay::Impl {
                                                         store::BigintArray(offsets))
                                            .affected_rows();
         };
-        std::size_t marked = 0;
         if (failed.empty()) {
             pqxx::nontransaction tx{conn};
-            marked = write(tx);
-        } else {
-            pqxx::work tx{conn};
-            marked = write(tx);
-            tx.commit();
+            return write(tx);
         }
-        position_.Claimed(claimed,
-                          std::stoull(rows[0][7].as<std::string>()),
-                          std::chrono::steady_clock::now(),
-                          options_.poll_interval);
-        metrics_.published += marked;
-        return static_cast<int>(rows.size());
+        pqxx::work tx{conn};
+        const std::size_t marked = write(tx);
+        tx.commit();
+        return marked;
     }
 
     // Clears the suspect range after a full claim that took everything it could (see ClaimPosition).

@@ -275,6 +275,13 @@ class Kit {
         return true;
     }
 
+    std::optional<Sent> FirstAndResend();
+    void Compensation(const Sent& action);
+    void DuplicateDelivery();
+    void NullCompensationAndLateAction();
+    void MalformedRecord();
+    void UnknownType();
+    void RetryThenResend();
     void Partitioning();
 
     const ConformanceOptions& options_;
@@ -287,107 +294,125 @@ class Kit {
 };
 
 ConformanceReport Kit::Run() {
-    const std::string& action = options_.action_type;
-    const std::string& undo = options_.compensation_type;
+    if (const auto first = FirstAndResend()) Compensation(*first);
+    DuplicateDelivery();
+    NullCompensationAndLateAction();
+    MalformedRecord();
+    UnknownType();
+    RetryThenResend();
+    Partitioning();
+    return std::move(report_);
+}
 
-    // 1. A first command, and the same command again once answered (the engine's resend).
-    const Sent first = Command(outbox::NewUuidV7(), "action", action, options_.action_data);
+// A first command, and the same command again once answered (the engine's resend): the stored
+// reply, same id. Returns the first command when it was answered with success.
+std::optional<Sent> Kit::FirstAndResend() {
+    const Sent first = Command(outbox::NewUuidV7(), "action", options_.action_type, options_.action_data);
     Send(first);
     const auto answer = Reply(first);
-    const bool answered = ExpectOutcome("first-command", first, answer, "success");
-    if (answered) {
-        Send(first);
-        const auto again = Reply(first, 1);
-        if (!again) {
-            Check("resend-after-answer",
-                  Result::kFailed,
-                  "no reply to the resend: a participant must answer a command it has seen with the stored reply");
-        } else if (again->id != answer->id || again->data != answer->data) {
-            Check("resend-after-answer",
-                  Result::kFailed,
-                  "the resend got reply " + again->id + " " + again->data.dump() + ", not the stored " + answer->id +
-                      " " + answer->data.dump() + " (was the command applied twice?)");
-        } else {
-            Check("resend-after-answer", Result::kPassed, "the stored reply again, same id " + again->id);
-        }
-    } else {
+    if (!ExpectOutcome("first-command", first, answer, "success")) {
         Check("resend-after-answer", Result::kSkipped, "needs first-command");
+        Check("compensation", Result::kSkipped, "needs first-command");
+        return std::nullopt;
     }
+    Send(first);
+    const auto again = Reply(first, 1);
+    if (!again) {
+        Check("resend-after-answer",
+              Result::kFailed,
+              "no reply to the resend: a participant must answer a command it has seen with the stored reply");
+    } else if (again->id != answer->id || again->data != answer->data) {
+        Check("resend-after-answer",
+              Result::kFailed,
+              "the resend got reply " + again->id + " " + again->data.dump() + ", not the stored " + answer->id + " " +
+                  answer->data.dump() + " (was the command applied twice?)");
+    } else {
+        Check("resend-after-answer", Result::kPassed, "the stored reply again, same id " + again->id);
+    }
+    return first;
+}
 
-    // 2. A duplicate delivery at once (a redelivery before the answer): one reply id, one outcome.
-    const Sent twice = Command(outbox::NewUuidV7(), "action", action, options_.action_data);
+// The compensation of an applied action runs.
+void Kit::Compensation(const Sent& action) {
+    const Sent compensation =
+        Command(action.saga_id, "compensation", options_.compensation_type, options_.compensation_data);
+    Send(compensation);
+    ExpectOutcome("compensation", compensation, Reply(compensation), "success");
+}
+
+// A duplicate delivery at once (a redelivery before the answer): one reply id, one outcome.
+void Kit::DuplicateDelivery() {
+    const Sent twice = Command(outbox::NewUuidV7(), "action", options_.action_type, options_.action_data);
     Send(twice);
     Send(twice);
-    if (const auto reply = Reply(twice); !reply) {
+    const auto reply = Reply(twice);
+    if (!reply) {
         Check("duplicate-delivery",
               Result::kFailed,
               "no reply within " + std::to_string(options_.timeout.count()) + " s");
-    } else {
-        std::this_thread::sleep_for(std::chrono::seconds(2));  // time for a second, different answer to show
-        std::set<std::string> ids;
-        for (const auto& r : Replies(twice)) ids.insert(r.id + " " + Outcome(r));
-        if (ids.size() == 1 && Outcome(*reply) == "success") {
-            Check("duplicate-delivery", Result::kPassed, "one reply id for both deliveries (" + reply->id + ")");
-        } else {
-            Check("duplicate-delivery",
-                  Result::kFailed,
-                  std::to_string(ids.size()) + " different replies (id, outcome) to one command delivered twice");
-        }
+        return;
     }
-
-    // 3. The compensation of an applied action runs.
-    if (answered) {
-        const Sent compensation = Command(first.saga_id, "compensation", undo, options_.compensation_data);
-        Send(compensation);
-        ExpectOutcome("compensation", compensation, Reply(compensation), "success");
+    std::this_thread::sleep_for(std::chrono::seconds(2));  // time for a second, different answer to show
+    std::set<std::string> answers;
+    for (const auto& r : Replies(twice)) answers.insert(r.id + " " + Outcome(r));
+    if (answers.size() == 1 && Outcome(*reply) == "success") {
+        Check("duplicate-delivery", Result::kPassed, "one reply id for both deliveries (" + reply->id + ")");
     } else {
-        Check("compensation", Result::kSkipped, "needs first-command");
+        Check("duplicate-delivery",
+              Result::kFailed,
+              std::to_string(answers.size()) + " different replies (id, outcome) to one command delivered twice");
     }
+}
 
-    // 4. A compensation before its action, then the late action.
-    const std::string early = outbox::NewUuidV7();
-    const Sent null_compensation = Command(early, "compensation", undo, options_.compensation_data);
-    Send(null_compensation);
-    ExpectOutcome("null-compensation", null_compensation, Reply(null_compensation), "success");
-    const Sent late = Command(early, "action", action, options_.action_data);
+// A compensation before its action is a null compensation; the late action is then refused.
+void Kit::NullCompensationAndLateAction() {
+    const std::string saga_id = outbox::NewUuidV7();
+    const Sent early = Command(saga_id, "compensation", options_.compensation_type, options_.compensation_data);
+    Send(early);
+    ExpectOutcome("null-compensation", early, Reply(early), "success");
+    const Sent late = Command(saga_id, "action", options_.action_type, options_.action_data);
     Send(late);
     ExpectOutcome("late-action-refused", late, Reply(late), "failure");
+}
 
-    // 5. A record that is no CloudEvent goes to the dead-letter topic, and the participant goes on.
-    const std::string malformed_key = outbox::NewUuidV7();
-    Send(malformed_key, "conformance: this record is not a CloudEvent", false);
-    const auto letter = reader_->Await(
-        [&](const Seen& s) { return s.topic == dead_letters_ && s.key == malformed_key; }, options_.timeout);
+// A record that is no CloudEvent goes to the dead-letter topic, and the participant goes on (the
+// checks after this one).
+void Kit::MalformedRecord() {
+    const std::string key = outbox::NewUuidV7();
+    Send(key, "conformance: this record is not a CloudEvent", false);
+    const auto letter =
+        reader_->Await([&](const Seen& s) { return s.topic == dead_letters_ && s.key == key; }, options_.timeout);
     Check("malformed-record",
           letter ? Result::kPassed : Result::kFailed,
           letter ? "dead-lettered to " + dead_letters_
                  : "not on " + dead_letters_ + " within " + std::to_string(options_.timeout.count()) + " s");
+}
 
-    // 6. A command type the participant has no handler for is answered, not dropped.
+// A command type the participant has no handler for is answered with a failure, not dropped.
+void Kit::UnknownType() {
     const Sent unknown = Command(outbox::NewUuidV7(), "action", "Conformance.NoSuchCommand.v1", options_.action_data);
     Send(unknown);
     ExpectOutcome("unknown-command-type", unknown, Reply(unknown), "failure");
+}
 
-    // 7. A retry answer stores nothing: the resend (same command) runs the handler again.
+// A retry answer stores nothing: the resend (the same command) runs the handler again.
+void Kit::RetryThenResend() {
     if (options_.retry_data.empty()) {
         Check(
             "retry-then-resend", Result::kSkipped, "give --retry-data: an action the participant answers retry first");
-    } else {
-        const Sent retried = Command(outbox::NewUuidV7(), "action", action, options_.retry_data);
-        Send(retried);
-        const auto retry = Reply(retried);
-        if (ExpectOutcome("retry-answer", retried, retry, "retry")) {
-            Send(retried);
-            const auto after = Reply(retried, 1);
-            if (after && after->id == retry->id) {
-                Check("retry-then-resend", Result::kFailed, "the resend got the retry answer again: it was stored");
-            } else {
-                ExpectOutcome("retry-then-resend", retried, after, "success");
-            }
-        }
+        return;
     }
-    Partitioning();
-    return std::move(report_);
+    const Sent retried = Command(outbox::NewUuidV7(), "action", options_.action_type, options_.retry_data);
+    Send(retried);
+    const auto retry = Reply(retried);
+    if (!ExpectOutcome("retry-answer", retried, retry, "retry")) return;
+    Send(retried);
+    const auto after = Reply(retried, 1);
+    if (after && after->id == retry->id) {
+        Check("retry-then-resend", Result::kFailed, "the resend got the retry answer again: it was stored");
+    } else {
+        ExpectOutcome("retry-then-resend", retried, after, "success");
+    }
 }
 
 // Every reply so far is keyed by its saga id and sits in the partition murmur2 gives that key.

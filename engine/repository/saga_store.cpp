@@ -348,6 +348,190 @@ bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) 
     return false;
 }
 
+// One decision's writes, queued in a WriteBatch: the changed step phases, each command's rows and
+// timeline entries, then the saga row and its timeline.
+class Persistence {
+  public:
+    Persistence(pqxx::transaction_base& tx,
+                const SagaDefinition& definition,
+                const LoadedSaga& saga,
+                const machine::Decision& decision,
+                const std::string& event_source,
+                std::mt19937_64& rng,
+                std::vector<TimelineRow> timeline,
+                WriteBatch& writes)
+        : tx_(tx),
+          definition_(definition),
+          saga_(saga),
+          decision_(decision),
+          next_(decision.state),
+          event_source_(event_source),
+          rng_(rng),
+          timeline_(std::move(timeline)),
+          if_dispatched_(timeline_.size(), false),
+          writes_(writes) {}
+
+    Effects Run() {
+        writes_.sagas_.push_back(saga_.saga_id);
+        StepUpdates();
+        // Resends and retries update step rows in place: the queued updates of those rows go first.
+        if (UpdatesInPlace()) effects_.step_latencies = writes_.Flush(tx_);
+        for (const auto& command : decision_.commands) {
+            if (const auto* dispatch = std::get_if<machine::Dispatch>(&command)) {
+                if (saga_.state.Find(dispatch->step_name, dispatch->phase) == nullptr) {
+                    DispatchNew(*dispatch);
+                } else {
+                    Resend(*dispatch);
+                }
+                Earliest(effects_, dispatch->timeout);
+            } else if (const auto* retry = std::get_if<machine::ScheduleRetry>(&command)) {
+                Retry(*retry);
+            } else if (const auto* finish = std::get_if<machine::Finish>(&command)) {
+                Finish(*finish);
+            }
+        }
+        SagaRowAndTimeline();
+        return std::move(effects_);
+    }
+
+  private:
+    void Record(TimelineRow row, bool if_dispatched) {
+        timeline_.push_back(std::move(row));
+        if_dispatched_.push_back(if_dispatched);
+    }
+
+    // Step phases that changed (new ones are written by DispatchNew).
+    void StepUpdates() {
+        for (const auto& phase : next_.phases) {
+            const machine::StepPhaseState* before = saga_.state.Find(phase.step_name, phase.phase);
+            if (before == nullptr) continue;
+            if (before->status == phase.status && before->outcome_unknown == phase.outcome_unknown &&
+                before->reply == phase.reply && before->awaiting_retry == phase.awaiting_retry) {
+                continue;
+            }
+            const bool open = phase.status == StepStatus::kDispatched;
+            writes_.updates_.push_back(
+                {saga_.saga_id,
+                 phase.step_name,
+                 std::string(machine::ToString(phase.phase)),
+                 std::string(machine::ToString(machine::StatusOf(phase))),
+                 phase.reply.is_null() ? std::nullopt : std::optional<std::string>(phase.reply.dump()),
+                 open,
+                 phase.awaiting_retry,
+                 !open && before->status == StepStatus::kDispatched});
+        }
+    }
+
+    bool UpdatesInPlace() const {
+        return std::any_of(decision_.commands.begin(), decision_.commands.end(), [&](const auto& command) {
+            const auto* dispatch = std::get_if<machine::Dispatch>(&command);
+            return std::holds_alternative<machine::ScheduleRetry>(command) ||
+                   (dispatch != nullptr && saga_.state.Find(dispatch->step_name, dispatch->phase) != nullptr);
+        });
+    }
+
+    // A new step phase: its row is the dedup key, its event id is minted once, here.
+    void DispatchNew(const machine::Dispatch& dispatch) {
+        const StepDefinition* step = definition_.FindStep(dispatch.step_name);
+        const std::string phase_text(machine::ToString(dispatch.phase));
+        const CommandSpec& spec = dispatch.phase == Phase::kAction ? step->action : *step->compensation;
+        outbox::CloudEvent event;
+        event.id = outbox::NewUuidV7();
+        event.type = spec.type;
+        event.source = event_source_;
+        event.saga_id = saga_.saga_id;
+        event.step_name = step->name;
+        event.phase = phase_text;
+        event.traceparent = saga_.traceparent;
+        event.tracestate = saga_.tracestate;
+        event.data = RenderTemplate(spec.send, TemplateContext(saga_, next_));
+        outbox::OutboxRow row = outbox::MakeOutboxRow(step->CommandTopic(), saga_.saga_id, event, 1);
+        writes_.new_steps_.push_back(
+            {saga_.saga_id, step->name, phase_text, std::to_string(dispatch.timeout.count()), std::move(row.params)});
+        // Recorded only if the phase was not dispatched before: never twice.
+        Record({"dispatched", step->name, phase_text, 1, event.id, {{"type", spec.type}}}, true);
+    }
+
+    // A resend: the same row, the same event id, the same bytes.
+    void Resend(const machine::Dispatch& dispatch) {
+        const std::string phase_text(machine::ToString(dispatch.phase));
+        const auto row = store::Exec(tx_,
+                                     "UPDATE saga_step SET attempt = $4, next_attempt_at = NULL, waiting_since = NULL, "
+                                     "timeout_due_at = NULL, deadline_at = clock_timestamp() + $5 * interval '1 "
+                                     "millisecond' WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 "
+                                     "RETURNING command_event_id::text",
+                                     saga_.saga_id,
+                                     dispatch.step_name,
+                                     phase_text,
+                                     dispatch.attempt,
+                                     dispatch.timeout.count());
+        std::string event_id = row.at(0)[0].as<std::string>();
+        if (store::GuardDisabled("dispatch-dedup")) {
+            // TEST ONLY: the resend as a new message, the mistake the dedup key exists for.
+            const auto copy =
+                store::Exec(tx_, "SELECT topic, payload::text FROM outbox WHERE event_id = $1::uuid", event_id);
+            std::string reason;
+            auto event = outbox::ParseCloudEvent(copy.at(0)[1].c_str(), reason);
+            event->id = outbox::NewUuidV7();
+            event_id = outbox::Enqueue(tx_, copy[0][0].as<std::string>(), saga_.saga_id, *event);
+        } else {
+            outbox::Rearm(tx_, event_id);
+        }
+        Record({"resent", dispatch.step_name, phase_text, dispatch.attempt, event_id, {}}, false);
+    }
+
+    void Retry(const machine::ScheduleRetry& retry) {
+        const StepDefinition* step = definition_.FindStep(retry.step_name);
+        const RetryPolicy& policy = retry.phase == Phase::kAction ? step->retry : definition_.compensation_retry;
+        const auto delay = WithJitter(retry.delay, policy.jitter, rng_);
+        const std::string phase_text(machine::ToString(retry.phase));
+        store::Exec(tx_,
+                    "UPDATE saga_step SET deadline_at = NULL, "
+                    "next_attempt_at = clock_timestamp() + $4 * interval '1 millisecond' "
+                    "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
+                    saga_.saga_id,
+                    retry.step_name,
+                    phase_text,
+                    delay.count());
+        Record({"retry-scheduled", retry.step_name, phase_text, retry.attempt, {}, {{"delayMs", delay.count()}}},
+               false);
+        Earliest(effects_, delay);
+    }
+
+    void Finish(const machine::Finish& finish) {
+        nlohmann::json detail{{"status", machine::ToString(finish.status)}};
+        if (!next_.parked_reason.empty()) detail["reason"] = next_.parked_reason;
+        Record({"finished", {}, {}, 0, {}, detail}, false);
+        effects_.finished = true;
+        effects_.parked = finish.status == machine::SagaStatus::kFailed;
+    }
+
+    // The saga row and the timeline (written together).
+    void SagaRowAndTimeline() {
+        writes_.saga_rows_.push_back(
+            {saga_.saga_id,
+             std::string(machine::ToString(next_.status)),
+             std::to_string(next_.current_step),
+             next_.data.dump(),
+             next_.parked_reason.empty() ? std::nullopt : std::optional<std::string>(next_.parked_reason)});
+        for (std::size_t i = 0; i < timeline_.size(); ++i) {
+            writes_.timeline_.push_back({saga_.saga_id, std::move(timeline_[i]), if_dispatched_[i]});
+        }
+    }
+
+    pqxx::transaction_base& tx_;
+    const SagaDefinition& definition_;
+    const LoadedSaga& saga_;
+    const machine::Decision& decision_;
+    const machine::SagaState& next_;
+    const std::string& event_source_;
+    std::mt19937_64& rng_;
+    std::vector<TimelineRow> timeline_;
+    std::vector<bool> if_dispatched_;
+    WriteBatch& writes_;
+    Effects effects_;
+};
+
 Effects Persist(pqxx::transaction_base& tx,
                 const SagaDefinition& definition,
                 const LoadedSaga& saga,
@@ -356,130 +540,11 @@ Effects Persist(pqxx::transaction_base& tx,
                 std::mt19937_64& rng,
                 std::vector<TimelineRow> timeline,
                 WriteBatch* batch) {
-    const machine::SagaState& next = decision.state;
-    Effects effects;
     WriteBatch own;
-    WriteBatch& writes = batch != nullptr ? *batch : own;
-    writes.sagas_.push_back(saga.saga_id);
-    std::vector<bool> if_dispatched(timeline.size(), false);
-
-    // 1. Step phases that changed (new ones are written by their Dispatch below).
-    for (const auto& phase : next.phases) {
-        const machine::StepPhaseState* before = saga.state.Find(phase.step_name, phase.phase);
-        if (before == nullptr) continue;
-        if (before->status == phase.status && before->outcome_unknown == phase.outcome_unknown &&
-            before->reply == phase.reply && before->awaiting_retry == phase.awaiting_retry) {
-            continue;
-        }
-        const bool open = phase.status == StepStatus::kDispatched;
-        writes.updates_.push_back(
-            {saga.saga_id,
-             phase.step_name,
-             std::string(machine::ToString(phase.phase)),
-             std::string(machine::ToString(machine::StatusOf(phase))),
-             phase.reply.is_null() ? std::nullopt : std::optional<std::string>(phase.reply.dump()),
-             open,
-             phase.awaiting_retry,
-             !open && before->status == StepStatus::kDispatched});
-    }
-    // Resends and retries update step rows in place: the queued updates of those rows go first.
-    const bool in_place = std::any_of(decision.commands.begin(), decision.commands.end(), [&](const auto& command) {
-        const auto* dispatch = std::get_if<machine::Dispatch>(&command);
-        return std::holds_alternative<machine::ScheduleRetry>(command) ||
-               (dispatch != nullptr && saga.state.Find(dispatch->step_name, dispatch->phase) != nullptr);
-    });
-    if (in_place) effects.step_latencies = writes.Flush(tx);
-
-    // 2. Commands.
-    for (const auto& command : decision.commands) {
-        if (const auto* dispatch = std::get_if<machine::Dispatch>(&command)) {
-            const StepDefinition* step = definition.FindStep(dispatch->step_name);
-            const std::string phase_text(machine::ToString(dispatch->phase));
-            const auto timeout_ms = dispatch->timeout.count();
-            if (saga.state.Find(dispatch->step_name, dispatch->phase) == nullptr) {
-                // A new step phase: its row is the dedup key, its event id is minted once, here.
-                const CommandSpec& spec = dispatch->phase == Phase::kAction ? step->action : *step->compensation;
-                outbox::CloudEvent event;
-                event.id = outbox::NewUuidV7();
-                event.type = spec.type;
-                event.source = event_source;
-                event.saga_id = saga.saga_id;
-                event.step_name = step->name;
-                event.phase = phase_text;
-                event.traceparent = saga.traceparent;
-                event.tracestate = saga.tracestate;
-                event.data = RenderTemplate(spec.send, TemplateContext(saga, next));
-                outbox::OutboxRow row = outbox::MakeOutboxRow(step->CommandTopic(), saga.saga_id, event, 1);
-                writes.new_steps_.push_back(
-                    {saga.saga_id, step->name, phase_text, std::to_string(timeout_ms), std::move(row.params)});
-                timeline.push_back({"dispatched", step->name, phase_text, 1, event.id, {{"type", spec.type}}});
-                if_dispatched.push_back(true);  // not if the phase was dispatched before: never twice
-            } else {
-                // A resend: the same row, the same event id, the same bytes.
-                const auto row = store::Exec(
-                    tx,
-                    "UPDATE saga_step SET attempt = $4, next_attempt_at = NULL, waiting_since = NULL, timeout_due_at = "
-                    "NULL, "
-                    "deadline_at = clock_timestamp() + $5 * interval '1 millisecond' "
-                    "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 RETURNING command_event_id::text",
-                    saga.saga_id,
-                    dispatch->step_name,
-                    phase_text,
-                    dispatch->attempt,
-                    timeout_ms);
-                std::string event_id = row.at(0)[0].as<std::string>();
-                if (store::GuardDisabled("dispatch-dedup")) {
-                    // TEST ONLY: the resend as a new message, the mistake the dedup key exists for.
-                    const auto copy =
-                        store::Exec(tx, "SELECT topic, payload::text FROM outbox WHERE event_id = $1::uuid", event_id);
-                    std::string reason;
-                    auto event = outbox::ParseCloudEvent(copy.at(0)[1].c_str(), reason);
-                    event->id = outbox::NewUuidV7();
-                    event_id = outbox::Enqueue(tx, copy[0][0].as<std::string>(), saga.saga_id, *event);
-                } else {
-                    outbox::Rearm(tx, event_id);
-                }
-                timeline.push_back({"resent", dispatch->step_name, phase_text, dispatch->attempt, event_id, {}});
-                if_dispatched.push_back(false);
-            }
-            Earliest(effects, dispatch->timeout);
-        } else if (const auto* retry = std::get_if<machine::ScheduleRetry>(&command)) {
-            const StepDefinition* step = definition.FindStep(retry->step_name);
-            const RetryPolicy& policy = retry->phase == Phase::kAction ? step->retry : definition.compensation_retry;
-            const auto delay = WithJitter(retry->delay, policy.jitter, rng);
-            const std::string phase_text(machine::ToString(retry->phase));
-            store::Exec(tx,
-                        "UPDATE saga_step SET deadline_at = NULL, "
-                        "next_attempt_at = clock_timestamp() + $4 * interval '1 millisecond' "
-                        "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
-                        saga.saga_id,
-                        retry->step_name,
-                        phase_text,
-                        delay.count());
-            timeline.push_back(
-                {"retry-scheduled", retry->step_name, phase_text, retry->attempt, {}, {{"delayMs", delay.count()}}});
-            if_dispatched.push_back(false);
-            Earliest(effects, delay);
-        } else if (const auto* finish = std::get_if<machine::Finish>(&command)) {
-            nlohmann::json detail{{"status", machine::ToString(finish->status)}};
-            if (!next.parked_reason.empty()) detail["reason"] = next.parked_reason;
-            timeline.push_back({"finished", {}, {}, 0, {}, detail});
-            if_dispatched.push_back(false);
-            effects.finished = true;
-            effects.parked = finish->status == machine::SagaStatus::kFailed;
-        }
-    }
-
-    // 3. The saga row and the timeline (written together).
-    writes.saga_rows_.push_back(
-        {saga.saga_id,
-         std::string(machine::ToString(next.status)),
-         std::to_string(next.current_step),
-         next.data.dump(),
-         next.parked_reason.empty() ? std::nullopt : std::optional<std::string>(next.parked_reason)});
-    for (std::size_t i = 0; i < timeline.size(); ++i) {
-        writes.timeline_.push_back({saga.saga_id, std::move(timeline[i]), if_dispatched[i]});
-    }
+    Effects effects =
+        Persistence(
+            tx, definition, saga, decision, event_source, rng, std::move(timeline), batch != nullptr ? *batch : own)
+            .Run();
     if (batch == nullptr) {
         auto latencies = own.Flush(tx);
         effects.step_latencies.insert(effects.step_latencies.end(), latencies.begin(), latencies.end());

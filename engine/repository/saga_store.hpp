@@ -63,6 +63,8 @@ struct Effects {
 // Several sagas' writes, collected and then written with one statement per table (a reply batch:
 // step updates, new step + outbox rows, saga rows + timeline — three statements however many
 // replies). Flush before a saga it holds is read again, and before the transaction commits.
+class Persistence;
+
 class WriteBatch {
   public:
     // Nothing queued to write (a start's rows all went in with InsertStarted).
@@ -91,14 +93,7 @@ class WriteBatch {
     bool InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga);
 
   private:
-    friend Effects Persist(pqxx::transaction_base&,
-                           const SagaDefinition&,
-                           const LoadedSaga&,
-                           const machine::Decision&,
-                           const std::string&,
-                           std::mt19937_64&,
-                           std::vector<TimelineRow>,
-                           WriteBatch*);
+    friend class Persistence;  // Persist's writes
     struct StepUpdate {
         std::string saga_id, step_name, phase, status;
         std::optional<std::string> reply;
