@@ -2,6 +2,13 @@
 // sample saga beside the C++ order service and engine: conformance, and the saga with duplicates.
 #include <doctest/doctest.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "outbox/kafka.hpp"
+#include "outbox/uuid.hpp"
 #include "tests/support/example_rig.hpp"
 #include "tests/support/services.hpp"
 
@@ -63,4 +70,34 @@ TEST_CASE("order-payment with the C++ order service and the TypeScript payment s
     const auto report = rig.Audit();
     INFO(report.Summary());
     CHECK(report.Ok());
+}
+
+TEST_CASE("kafkajs's default partitioner puts every key where sagaflow's producers do (murmur2)") {
+    // The relay's real partitions equal outbox::KeyPartition (outbox_itest); here kafkajs, the
+    // TypeScript service's client, is asked for the same keys.
+    const std::string dist = sagaflow::testing::RequiredEnv("SAGAFLOW_PAYMENT_TS");
+    const std::string modules = dist.substr(0, dist.rfind("/dist/")) + "/node_modules";
+    std::vector<std::string> keys;
+    for (int i = 0; i < 200; ++i) keys.push_back(sagaflow::outbox::NewUuidV7());
+    keys.emplace_back("21");
+    keys.emplace_back("a-little-bit-longer-string");
+    std::string script =
+        "const p = require('kafkajs').Partitioners.DefaultPartitioner();"
+        "const meta = [...Array(6).keys()].map((id) => ({partitionId: id, leader: 0}));"
+        "for (const key of process.argv.slice(1)) console.log(p({topic: 't', partitionMetadata: meta, message: "
+        "{key}}));";
+    std::string command = "NODE_PATH='" + modules + "' node -e \"" + script + "\"";
+    for (const auto& key : keys) command += " '" + key + "'";
+    FILE* pipe = popen(command.c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    std::vector<int> partitions;
+    char line[64];
+    while (fgets(line, sizeof line, pipe) != nullptr) partitions.push_back(std::atoi(line));
+    CHECK(pclose(pipe) == 0);
+    REQUIRE(partitions.size() == keys.size());
+    int elsewhere = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+        if (partitions[i] != sagaflow::outbox::KeyPartition(keys[i], 6)) ++elsewhere;
+    }
+    CHECK(elsewhere == 0);
 }
