@@ -20,8 +20,9 @@ struct ConformanceOptions {
     std::string replies_topic = "sagaflow.replies";
     // The data of an action the participant applies with success, and of its compensation, as JSON;
     // "{saga}" anywhere in them is replaced by the check's saga id (so each check is a new order).
-    std::string action_data = R"({"orderId": "conformance-{saga}", "externalPaymentId": "conformance-{saga}",
-                                  "customerId": 1, "amount": "1.00", "currency": "EUR"})";
+    std::string action_data =
+        R"({"orderId": "conformance-{saga}", "externalPaymentId": "conformance-{saga}", "customerId": 1, )"
+        R"("amount": "1.00", "currency": "EUR"})";
     std::string compensation_data = R"({"orderId": "conformance-{saga}"})";
     // An action the participant answers `retry` at first and `success` on the resend; empty: the
     // retry check is skipped.

@@ -236,9 +236,49 @@ struct DlqFlags {
 
 // Lists the dead letters of a .dlq topic (what, from where, why) and, with --replay, sends the
 // listed ones back to their origin topics.
+struct ConformanceFlags {
+    sagaflow::ConformanceOptions options;
+    std::string brokers;
+    int timeout_seconds = 30;
+};
+
+CLI::App* AddConformance(CLI::App& app, ConformanceFlags& flags, std::string& config_file) {
+    auto& o = flags.options;
+    auto* sub = app.add_subcommand(
+        "conformance",
+        "Play the engine against a running participant (any language) and check it keeps the protocol "
+        "(docs/protocol.md); exit 1 if a check fails");
+    sub->add_option("--participant", o.participant, "its name: it reads NAME.commands")->required();
+    sub->add_option("--action", o.action_type, "an action's command type, e.g. ChargePayment.v1")->required();
+    sub->add_option("--compensation", o.compensation_type, "that action's compensation type")->required();
+    sub->add_option("--brokers", flags.brokers, "Kafka bootstrap servers (default: kafka.brokers of --config)");
+    sub->add_option("--config", config_file, "a sagaflow configuration file (brokers, kafka.properties)")
+        ->check(CLI::ExistingFile);
+    sub->add_option("--replies-topic", o.replies_topic)->capture_default_str();
+    sub->add_option("--data",
+                    o.action_data,
+                    "JSON data of an action it applies with success; {saga} becomes each "
+                    "check's saga id")
+        ->capture_default_str();
+    sub->add_option("--compensation-data", o.compensation_data, "JSON data of the compensation")->capture_default_str();
+    sub->add_option("--retry-data",
+                    o.retry_data,
+                    "JSON data of an action it answers `retry` first and `success` when sent again (without it, that "
+                    "check is skipped)");
+    sub->add_option("--timeout-seconds", flags.timeout_seconds, "how long each check waits for an answer")
+        ->check(CLI::Range(1, 600))
+        ->capture_default_str();
+    return sub;
+}
+
 // Prints each check as it ends and the tally; 0 only when none failed.
-int Conformance(const sagaflow::ConformanceOptions& options) {
+int Conformance(ConformanceFlags flags, const std::string& config_file) {
     using Result = sagaflow::ConformanceCheck::Result;
+    const auto config = LoadConfig(config_file);
+    auto& options = flags.options;
+    options.brokers = Brokers(flags.brokers, config);
+    options.kafka_properties = config.engine.kafka_properties;
+    options.timeout = std::chrono::seconds(flags.timeout_seconds);
     std::cout << "conformance of participant " << options.participant << " (" << options.participant << ".commands -> "
               << options.replies_topic << ")\n";
     const auto report = sagaflow::RunConformance(options, [](const sagaflow::ConformanceCheck& check) {
@@ -545,40 +585,8 @@ int main(int argc, char** argv) {
     dlq->add_flag("--replay", dlq_flags.replay, "produce the listed dead letters to their origin topics again");
     dlq->add_flag("--json", dlq_flags.json, "print them as JSON (values included)");
 
-    sagaflow::ConformanceOptions conformance_options;
-    std::string conformance_brokers;
-    int conformance_timeout = 30;
-    auto* conformance = app.add_subcommand(
-        "conformance",
-        "Play the engine against a running participant (any language) and check it keeps the protocol "
-        "(docs/protocol.md); exit 1 if a check fails");
-    conformance->add_option("--participant", conformance_options.participant, "its name: it reads NAME.commands")
-        ->required();
-    conformance
-        ->add_option("--action", conformance_options.action_type, "an action's command type, e.g. ChargePayment.v1")
-        ->required();
-    conformance->add_option("--compensation", conformance_options.compensation_type, "that action's compensation type")
-        ->required();
-    conformance->add_option(
-        "--brokers", conformance_brokers, "Kafka bootstrap servers (default: kafka.brokers of --config)");
-    conformance->add_option("--config", config_file, "a sagaflow configuration file (brokers, kafka.properties)")
-        ->check(CLI::ExistingFile);
-    conformance->add_option("--replies-topic", conformance_options.replies_topic)->capture_default_str();
-    conformance
-        ->add_option("--data",
-                     conformance_options.action_data,
-                     "JSON data of an action it applies with success; {saga} becomes each check's saga id")
-        ->capture_default_str();
-    conformance
-        ->add_option("--compensation-data", conformance_options.compensation_data, "JSON data of the compensation")
-        ->capture_default_str();
-    conformance->add_option("--retry-data",
-                            conformance_options.retry_data,
-                            "JSON data of an action it answers `retry` first and `success` when sent again (without "
-                            "it, that check is skipped)");
-    conformance->add_option("--timeout-seconds", conformance_timeout, "how long each check waits for an answer")
-        ->check(CLI::Range(1, 600))
-        ->capture_default_str();
+    ConformanceFlags conformance_flags;
+    auto* conformance = AddConformance(app, conformance_flags, config_file);
 
     std::string show_id;
     std::string show_format = "text";
@@ -660,13 +668,7 @@ int main(int argc, char** argv) {
         if (*prune) return Prune(DbUrl(db_flag, config_file), prune_days, prune_options);
         if (*relay) return RunRelay(DbUrl(db_flag, config_file), brokers, config_file);
         if (*dlq) return DeadLetters(dlq_flags, config_file);
-        if (*conformance) {
-            const auto config = LoadConfig(config_file);
-            conformance_options.brokers = Brokers(conformance_brokers, config);
-            conformance_options.kafka_properties = config.engine.kafka_properties;
-            conformance_options.timeout = std::chrono::seconds(conformance_timeout);
-            return Conformance(conformance_options);
-        }
+        if (*conformance) return Conformance(conformance_flags, config_file);
         if (*show) return Show(DbUrl(db_flag, config_file), show_id, show_format);
         if (*run) return RunEngine(db_flag, run_flags, [run](const char* flag) { return run->count(flag) > 0; });
         if (*audit) {
