@@ -21,16 +21,8 @@ namespace {
 // The headers a record's CloudEvent may be read from: content-type and the binary mode's ce_*.
 RecordHeaders HeadersOf(const rd_kafka_message_t* message) {
     RecordHeaders out;
-    rd_kafka_headers_t* headers = nullptr;
-    if (rd_kafka_message_headers(message, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return out;
-    const char* name = nullptr;
-    const void* value = nullptr;
-    std::size_t size = 0;
-    for (std::size_t i = 0; rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
-         ++i) {
-        const std::string_view key(name);
-        if (key != "content-type" && key.rfind("ce_", 0) != 0) continue;
-        out[std::string(key)] = value == nullptr ? std::string() : std::string(static_cast<const char*>(value), size);
+    for (auto& [name, value] : detail::MessageHeaders(message)) {
+        if (name == "content-type" || name.rfind("ce_", 0) == 0) out[name] = std::move(value);
     }
     return out;
 }

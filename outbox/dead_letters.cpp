@@ -24,15 +24,7 @@ DeadLetter ToLetter(const rd_kafka_message_t* message) {
     letter.offset = message->offset;
     if (message->key != nullptr) letter.key.assign(static_cast<const char*>(message->key), message->key_len);
     if (message->payload != nullptr) letter.value.assign(static_cast<const char*>(message->payload), message->len);
-    rd_kafka_headers_t* headers = nullptr;
-    // Detached from the message: rd_kafka_message_headers's pointer dies with it.
-    if (rd_kafka_message_headers(message, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return letter;
-    const char* name = nullptr;
-    const void* value = nullptr;
-    std::size_t size = 0;
-    for (std::size_t i = 0; rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
-         ++i) {
-        const std::string text = value != nullptr ? std::string(static_cast<const char*>(value), size) : std::string();
+    for (const auto& [name, text] : detail::MessageHeaders(message)) {
         if (name == kReasonHeader) {
             letter.reason = text;
         } else if (name == kOriginHeader) {

@@ -120,17 +120,7 @@ class Reader {
             if (message->key != nullptr) seen.key.assign(static_cast<const char*>(message->key), message->key_len);
             seen.partition = message->partition;
             outbox::RecordHeaders headers;
-            rd_kafka_headers_t* raw = nullptr;
-            if (rd_kafka_message_headers(message.get(), &raw) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-                const char* name = nullptr;
-                const void* value = nullptr;
-                std::size_t size = 0;
-                for (std::size_t i = 0;
-                     rd_kafka_header_get_all(raw, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
-                     ++i) {
-                    headers[name] = value == nullptr ? "" : std::string(static_cast<const char*>(value), size);
-                }
-            }
+            for (auto& [name, value] : MessageHeaders(message.get())) headers[name] = std::move(value);
             const std::string_view value(message->payload == nullptr ? "" : static_cast<const char*>(message->payload),
                                          message->len);
             seen.event = outbox::ParseKafkaRecord(value, headers, seen.reason);

@@ -18,6 +18,20 @@ ConfPtr MakeProducerConf(KafkaProperties properties) {
     return MakeConf(properties);
 }
 
+std::vector<std::pair<std::string, std::string>> MessageHeaders(const rd_kafka_message_t* message) {
+    std::vector<std::pair<std::string, std::string>> out;
+    rd_kafka_headers_t* headers = nullptr;
+    if (rd_kafka_message_headers(message, &headers) != RD_KAFKA_RESP_ERR_NO_ERROR) return out;
+    const char* name = nullptr;
+    const void* value = nullptr;
+    std::size_t size = 0;
+    for (std::size_t i = 0; rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
+         ++i) {
+        out.emplace_back(name, value == nullptr ? std::string() : std::string(static_cast<const char*>(value), size));
+    }
+    return out;
+}
+
 void SetProperty(rd_kafka_conf_t* conf, const std::string& key, const std::string& value) {
     std::array<char, 512> errstr{};
     if (rd_kafka_conf_set(conf, key.c_str(), value.c_str(), errstr.data(), errstr.size()) != RD_KAFKA_CONF_OK) {

@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "outbox/kafka.hpp"
 
@@ -53,6 +55,9 @@ ConfPtr MakeConf(const KafkaProperties& properties);
 // and a saga's messages keep their order whichever language produced them.
 inline constexpr const char* kKeyPartitioner = "murmur2_random";
 ConfPtr MakeProducerConf(KafkaProperties properties);
+
+// A record's headers in order, name and value (an empty value for a null one); repeated names repeat.
+std::vector<std::pair<std::string, std::string>> MessageHeaders(const rd_kafka_message_t* message);
 
 // Sets one property; throws KafkaError naming the key and librdkafka's reason.
 void SetProperty(rd_kafka_conf_t* conf, const std::string& key, const std::string& value);

@@ -64,16 +64,7 @@ std::vector<ReadRecord> ReadTopic(const std::string& brokers,
         if (message->payload) record.value.assign(static_cast<const char*>(message->payload), message->len);
         record.partition = message->partition;
         record.offset = message->offset;
-        rd_kafka_headers_t* headers = nullptr;
-        if (rd_kafka_message_headers(message.get(), &headers) == RD_KAFKA_RESP_ERR_NO_ERROR) {
-            const char* name = nullptr;
-            const void* value = nullptr;
-            size_t size = 0;
-            for (size_t i = 0; rd_kafka_header_get_all(headers, i, &name, &value, &size) == RD_KAFKA_RESP_ERR_NO_ERROR;
-                 ++i) {
-                record.headers[name] = std::string(static_cast<const char*>(value), size);
-            }
-        }
+        for (auto& [name, value] : MessageHeaders(message.get())) record.headers[name] = std::move(value);
         records.push_back(std::move(record));
     }
     rd_kafka_consumer_close(consumer.get());
