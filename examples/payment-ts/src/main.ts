@@ -192,12 +192,13 @@ class Participant {
       );
       // 2. A stored reply is sent again, with its original id.
       const stored = await this.stored(db, c, c.phase);
+      const action = !stored && c.phase === "compensation" ? await this.stored(db, c, "action") : undefined;
+      let refused = false;
       if (stored) {
-        if (stored.status === "refused") log(`action ${c.stepName} of saga ${c.sagaId} arrived after its compensation; refused`);
+        refused = stored.status === "refused";
         await this.resend(db, c, stored.reply, stored.reply_event_id);
-      } else if (c.phase === "compensation" && (await this.stored(db, c, "action"))?.status !== "succeeded") {
+      } else if (c.phase === "compensation" && action?.status !== "succeeded") {
         // 3. Null compensation; a tombstone refuses the action should it still come (4.).
-        const action = await this.stored(db, c, "action");
         if (!action) {
           await db.query(
             `INSERT INTO participant_step (saga_id, step_name, phase, command_type, status, reply)
@@ -227,6 +228,8 @@ class Participant {
         }
       }
       await db.query("COMMIT");
+      // Logged once it committed: a rolled-back attempt refused nothing.
+      if (refused) log(`action ${c.stepName} of saga ${c.sagaId} arrived after its compensation; refused`);
     } catch (e) {
       await db.query("ROLLBACK").catch(() => undefined);
       throw e;
