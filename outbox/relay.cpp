@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -34,6 +35,7 @@ struct Slot {
     long long version = 0;  // the row's xmin (a 32-bit transaction id) when claimed
     std::string key;
     int attempts = 0;
+    bool listed = false;  // in outbox_retry when claimed
     rd_kafka_resp_err_t err = kPending;
     bool produced = false;
     std::int32_t partition = -1;  // where the broker put it (delivery report)
@@ -74,31 +76,61 @@ class NotifyReceiver final : public pqxx::notification_receiver {
 
 }  // namespace
 
-std::string RelayClaimStatement(bool after_position) {
-    // Each row also carries the claim's snapshot xmax (a suspect range's bound, see ClaimPosition)
-    // and the row version it read (xmin: the mark applies only to that version).
-    const std::string columns =
+namespace {
+
+// The claim's rows (see RelayClaimStatement), with the limit and the position as parameters
+// `$limit` and `$from`.
+std::string ClaimRows(bool after_position, int limit, int from, const std::string& also = "") {
+    const std::string l = "$" + std::to_string(limit);
+    const std::string f = "$" + std::to_string(from);
+    // Each row also carries the claim's snapshot xmax (a suspect range's bound, see ClaimPosition),
+    // the row version it read (xmin: the mark applies only to that version) and whether outbox_retry
+    // lists it.
+    const std::string rows =
         "SELECT id, event_id::text, topic, message_key, headers::text, payload::text, attempts, "
-        "pg_snapshot_xmax(pg_current_snapshot())::text, xmin::text "
-        "FROM outbox o WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()) ";
-    // A row waits behind an earlier unpublished row of its key that the relay took before
-    // (backing off, or re-armed: `attempts > 0`). `b.id + 0` keeps the planner on that small
-    // index: the id index would walk every row published since the last vacuum.
-    const std::string held_back =
-        "AND NOT EXISTS (SELECT 1 FROM outbox b WHERE b.published_at IS NULL "
-        "AND (b.next_attempt_at IS NOT NULL OR b.attempts > 0) AND b.message_key = o.message_key "
-        "AND b.id + 0 < o.id) ";
-    return columns + held_back + (after_position ? "AND o.id > $2 " : "") + "ORDER BY id LIMIT $1";
+        "pg_snapshot_xmax(pg_current_snapshot())::text, xmin::text, "
+        "EXISTS (SELECT 1 FROM outbox_retry r WHERE r.id = o.id) "
+        "FROM outbox o WHERE published_at IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now()) "
+        // A row waits behind an earlier row of its key that the relay took before and that is
+        // unpublished again (outbox_retry: backing off, or re-armed).
+        "AND NOT EXISTS (SELECT 1 FROM outbox_retry b WHERE b.message_key = o.message_key AND b.id < o.id) " +
+        also;
+    if (after_position) return rows + "AND o.id > " + f + " ORDER BY id LIMIT " + l;
+    // From the low-water mark through the primary key, and the listed rows below it.
+    return "SELECT * FROM ((" + rows + "AND o.id >= " + f + " ORDER BY id LIMIT " + l + ") UNION ALL (" + rows +
+           "AND o.id < " + f + " AND o.id IN (SELECT id FROM outbox_retry) ORDER BY id LIMIT " + l + ")) c ORDER BY id LIMIT " +
+           l;
+}
+
+// The mark (RelayMarkStatement) as the CTEs `marked` and `unlisted`.
+constexpr const char* kMarkCtes =
+    "WITH marked AS (UPDATE outbox o SET published_at = clock_timestamp(), attempts = o.attempts + 1, "
+    "kafka_partition = c.part, kafka_offset = c.off "
+    "FROM unnest($1::bigint[], $2::xid[], $3::int[], $4::bigint[]) AS c(id, seen, part, off) "
+    "WHERE o.id = c.id AND o.xmin = c.seen AND o.published_at IS NULL RETURNING o.id), "
+    "unlisted AS (DELETE FROM outbox_retry r USING marked m WHERE r.id = m.id) ";
+
+}  // namespace
+
+std::string RelayClaimStatement(bool after_position) {
+    return ClaimRows(after_position, 1, 2);
 }
 
 // The mark of a batch's delivered rows: $1 their ids, $2 the row versions the claim read, $3 and $4
 // the partitions and offsets the broker gave them. A row changed since (re-armed by the engine while
-// its publish was in flight) keeps its new state, and a later full claim publishes it again.
+// its publish was in flight) keeps its new state, and a later full claim publishes it again. No
+// indexed column changes: a HOT update. Rows published take their entry off outbox_retry. Returns the
+// ids marked.
 std::string RelayMarkStatement() {
-    return "UPDATE outbox o SET published_at = clock_timestamp(), attempts = o.attempts + 1, "
-           "kafka_partition = c.part, kafka_offset = c.off "
-           "FROM unnest($1::bigint[], $2::xid[], $3::int[], $4::bigint[]) AS c(id, seen, part, off) "
-           "WHERE o.id = c.id AND o.xmin = c.seen AND o.published_at IS NULL";
+    return std::string(kMarkCtes) + "SELECT id FROM marked";
+}
+
+// The mark and the next claim after the position ($6, LIMIT $5) in one statement: under load the
+// rows of the next batch committed while this one was at the broker, and fetching them here saves
+// a round trip and a transaction per batch. The statement's snapshot still shows this batch's rows
+// unpublished: they are left out by id.
+std::string RelayMarkAndClaimStatement() {
+    return std::string(kMarkCtes) + ClaimRows(true, 5, 6, "AND NOT (o.id = ANY($1::bigint[])) ");
 }
 
 // The producer's properties: the user's, with idempotence and acks=all enforced.
@@ -163,6 +195,8 @@ class Relay::Impl {
                       "outbox WHERE id BETWEEN $1 AND $2 AND published_at IS NULL AND next_attempt_at IS NULL "
                       "AND attempts = 0)");
         conn->prepare("mark", RelayMarkStatement());
+        conn->prepare("mark_claim", RelayMarkAndClaimStatement());
+        conn->prepare("record_low_water", "UPDATE outbox_relay SET low_water = $1 WHERE low_water < $1");
         conn->prepare("fail",
                       "UPDATE outbox SET attempts = attempts + 1, last_error = $2, "
                       "next_attempt_at = now() + make_interval(secs => $3::double precision) "
@@ -170,23 +204,27 @@ class Relay::Impl {
         Wakeups wakeups;
         wakeups.schema = pqxx::nontransaction{*conn}.exec1("SELECT current_schema()")[0].as<std::string>();
         NotifyReceiver listener{*conn, wakeups};
-        position_ = detail::ClaimPosition{};
         std::chrono::steady_clock::time_point last_full_claim{};
         while (!stopping_.load()) {
             if (!leader_.load()) {
-                pqxx::nontransaction tx{*conn};
-                leader_ = tx.exec1("SELECT pg_try_advisory_lock(" + std::to_string(kRelayLock) +
-                                   ", hashtext(current_schema()))")[0]
-                              .as<bool>();
+                // With the lock, the low-water mark the previous leader recorded last (one it wrote
+                // after this statement's snapshot is higher: a lower mark is always safe).
+                const auto row = pqxx::nontransaction{*conn}.exec1(
+                    "SELECT pg_try_advisory_lock(" + std::to_string(kRelayLock) +
+                    ", hashtext(current_schema())), (SELECT low_water FROM outbox_relay)");
+                leader_ = row[0].as<bool>();
                 if (!leader_.load()) {
                     detail::SleepUnless(stopping_, options_.poll_interval);
                     continue;
                 }
+                position_ = detail::ClaimPosition{row[1].as<long long>()};
+                next_ = pqxx::result{};
+                recorded_low_ = position_.floor;
                 spdlog::info("relay: publishing (leader lock taken)");
             }
             EnsureProducer();
-            // Rows notified before this claim committed before it, so the claim sees them.
-            const long long covered = wakeups.highest;
+            // Rows notified before a claim committed before it, so the claim sees them.
+            long long covered = wakeups.highest;
             wakeups.unreadable = false;
             // A full claim (from the first unpublished row) every poll interval finds what a
             // claim after the position cannot see: re-armed rows and rows whose backoff ended. While
@@ -195,13 +233,14 @@ class Relay::Impl {
             const bool full =
                 position_.suspect || !position_.started || now - last_full_claim >= options_.poll_interval;
             if (full) last_full_claim = now;
-            const int published = PublishBatch(*conn, full ? 0 : position_.position);
+            const int published = PublishBatch(*conn, full, wakeups, covered);
             if (published < 0) {  // left unmarked: a new producer, and the same rows again
                 detail::SleepUnless(stopping_, options_.initial_backoff);
                 continue;
             }
             if (full && position_.suspect && published < options_.batch_size) ClearSuspect(*conn);
-            if (published >= options_.batch_size) continue;  // more may be waiting
+            RecordLowWater(*conn, false);
+            if (published >= options_.batch_size || !next_.empty()) continue;  // more may be waiting, or claimed
             // Idle: wait for a NOTIFY of a row this claim did not see, in slices so Stop() is seen
             // quickly.
             const auto deadline = std::chrono::steady_clock::now() + options_.poll_interval;
@@ -211,6 +250,7 @@ class Relay::Impl {
                 rd_kafka_poll(producer_.get(), 0);
             }
         }
+        if (leader_.load()) RecordLowWater(*conn, true);
         pqxx::nontransaction tx{*conn};
         tx.exec("SELECT pg_advisory_unlock_all()");
         leader_ = false;
@@ -230,8 +270,8 @@ class Relay::Impl {
         producer_ = detail::MakeClient(RD_KAFKA_PRODUCER, std::move(conf));
     }
 
-    // Claims rows with ids above `after` (0: from the first unpublished row); a row waits behind an
-    // earlier row of its key that is backing off or re-armed (outbox_held). Returns the number of rows
+    // Claims rows with ids above the position, or (`full`) from the low-water mark and the rows listed
+    // in outbox_retry; a row waits behind an earlier listed row of its key (backing off or re-armed). Returns the number of rows
     // claimed (published or scheduled again), or -1 when the batch was left unmarked (fatal
     // producer error, stalled deliveries, or stopping with deliveries unacknowledged).
     //
@@ -240,23 +280,31 @@ class Relay::Impl {
     // already makes this relay the only one publishing its schema's outbox; row locks held across
     // the broker round trip added a lock record per row to the WAL, two round trips per batch, and
     // an open transaction (holding back vacuum) for as long as a broker outage lasted.
-    int PublishBatch(pqxx::connection& conn, long long after) {
+    //
+    // The rows the previous batch's mark claimed (next_) are this batch unless a full claim is due.
+    // `covered` is set to the highest notified id a claim of this call saw.
+    int PublishBatch(pqxx::connection& conn, bool full, const Wakeups& wakeups, long long& covered) {
         pqxx::result rows;
-        {
+        if (!full && !next_.empty()) {
+            rows = std::move(next_);
+        } else {
             pqxx::nontransaction tx{conn};
-            rows = after == 0 ? tx.exec_prepared("claim_full", options_.batch_size)
-                              : tx.exec_prepared("claim_after", options_.batch_size, after);
+            rows = tx.exec_prepared(full ? "claim_full" : "claim_after",
+                                    options_.batch_size,
+                                    full ? position_.Low() : position_.position);
         }
+        next_ = pqxx::result{};
         if (rows.empty()) return 0;
         std::vector<Slot> slots(rows.size());
         Produce(rows, slots);
         if (!Delivered()) return -1;
-        const std::size_t marked = Mark(conn, slots);
+        // The position moves first: the mark may claim the next rows after it.
         position_.Claimed(Claimed(slots),
                           std::stoull(rows[0][7].as<std::string>()),
                           std::chrono::steady_clock::now(),
                           options_.poll_interval);
-        metrics_.published += marked;
+        covered = wakeups.highest;
+        metrics_.published += Mark(conn, slots);
         return static_cast<int>(rows.size());
     }
 
@@ -272,6 +320,7 @@ class Relay::Impl {
             slot.version = row[8].as<long long>();
             slot.key = row[3].as<std::string>();
             slot.attempts = row[6].as<int>();
+            slot.listed = row[9].as<bool>();
             if (blocked_keys.count(slot.key) != 0) continue;  // an earlier row of this key failed
             detail::HeadersPtr headers{rd_kafka_headers_new(4)};
             const auto header_json = nlohmann::json::parse(row[4].as<std::string>(), nullptr, false);
@@ -373,8 +422,10 @@ class Relay::Impl {
     }
 
     // Marks the delivered rows published (at the versions claimed) and schedules the failed ones
-    // again: delivered rows alone in one statement, with failed rows one transaction for all.
-    // Returns how many rows were marked.
+    // again: delivered rows alone in one statement, which also claims the next rows after the
+    // position into next_ (not when the batch held a listed row: the statement's snapshot still
+    // lists it, and would hold back the later rows of its key); with failed rows one transaction
+    // for all. Returns how many rows were marked (with the claim: delivered).
     std::size_t Mark(pqxx::connection& conn, const std::vector<Slot>& slots) {
         std::vector<long long> delivered;
         std::vector<long long> versions;
@@ -410,16 +461,36 @@ class Relay::Impl {
                                                         store::BigintArray(versions),
                                                         store::BigintArray(partitions),
                                                         store::BigintArray(offsets))
-                                           .affected_rows();
+                                           .size();
         };
         if (failed.empty()) {
             pqxx::nontransaction tx{conn};
-            return write(tx);
+            const bool listed = std::any_of(slots.begin(), slots.end(), [](const Slot& slot) { return slot.listed; });
+            if (listed || delivered.empty()) return write(tx);
+            next_ = tx.exec_prepared("mark_claim",
+                                     store::BigintArray(delivered),
+                                     store::BigintArray(versions),
+                                     store::BigintArray(partitions),
+                                     store::BigintArray(offsets),
+                                     options_.batch_size,
+                                     position_.position);
+            return delivered.size();
         }
         pqxx::work tx{conn};
         const std::size_t marked = write(tx);
         tx.commit();
         return marked;
+    }
+
+    // Records the low-water mark (at most once a second, and when the session ends): a lower value
+    // than the truth is always safe, it only makes the next session's first claims start earlier.
+    void RecordLowWater(pqxx::connection& conn, bool now) {
+        const long long low = position_.Low();
+        const auto at = std::chrono::steady_clock::now();
+        if (low <= recorded_low_ || (!now && at - low_recorded_at_ < std::chrono::seconds(1))) return;
+        pqxx::nontransaction{conn}.exec_prepared("record_low_water", low);
+        recorded_low_ = low;
+        low_recorded_at_ = at;
     }
 
     // Clears the suspect range after a full claim that took everything it could (see ClaimPosition).
@@ -438,6 +509,9 @@ class Relay::Impl {
     store::FailureLogLimit failures_;  // the session's failures while the database is away
     detail::ClientPtr producer_;
     detail::ClaimPosition position_;
+    pqxx::result next_;  // rows the last mark claimed, published next
+    long long recorded_low_ = 0;  // the low-water mark as outbox_relay has it
+    std::chrono::steady_clock::time_point low_recorded_at_{};
     int pending_ = 0;  // touched only on the relay thread (delivery reports run inside rd_kafka_poll)
 };
 

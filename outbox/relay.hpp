@@ -53,12 +53,14 @@ KafkaProperties RelayProducerProperties(const RelayOptions& options);
 
 // The statement a relay claims with, on the outbox of the session's schema: unpublished rows that
 // are due and not held back behind an earlier row of their key, in id order, `LIMIT $1`; with
-// `after_position` only ids above `$2`. Columns: id, event_id, topic, message_key, headers,
+// `after_position` only ids above `$2`, else ids from `$2` (the low-water mark; 0: every row) and the
+// rows listed in outbox_retry. Columns: id, event_id, topic, message_key, headers,
 // payload, attempts, the snapshot's xmax, the row's xmin. Public so a diagnosis can ask exactly
 // what the relay would take now.
 std::string RelayClaimStatement(bool after_position);
 // The relay's mark: `published_at` for the rows of ids `$1` (bigint[]) that are still the versions
-// `$2` (xid[], the claim's xmin column) and unpublished. Public for its test.
+// `$2` (xid[], the claim's xmin column) and unpublished, with partitions `$3` and offsets `$4`;
+// returns the ids it marked. Public for its test.
 std::string RelayMarkStatement();
 
 class Relay {

@@ -11,19 +11,22 @@ namespace sagaflow::outbox {
 
 OutboxRow MakeOutboxRow(
     const std::string& topic, const std::string& key, CloudEvent event, int first, const std::string& from) {
-    if (event.id.empty()) event.id = NewUuidV7();
+    // A minted id cannot be in the outbox yet: a plain insert (ON CONFLICT costs a WAL record per row).
+    const bool minted = event.id.empty();
+    if (minted) event.id = NewUuidV7();
     if (event.time.empty()) event.time = NowRfc3339();
     const nlohmann::json headers{{"content-type", kCloudEventsContentType}};
     OutboxRow row;
     row.sql = fmt::format(
         "INSERT INTO outbox (event_id, topic, message_key, headers, payload) SELECT ${}::uuid, ${}, ${}, ${}::jsonb, "
-        "${}::jsonb{} ON CONFLICT (event_id) DO NOTHING",
+        "${}::jsonb{}{}",
         first,
         first + 1,
         first + 2,
         first + 3,
         first + 4,
-        from.empty() ? "" : " FROM " + from);
+        from.empty() ? "" : " FROM " + from,
+        minted ? "" : " ON CONFLICT (event_id) DO NOTHING");
     row.params = {event.id, topic, key, headers.dump(), event.ToJson().dump()};
     row.event_id = event.id;
     return row;
@@ -33,7 +36,7 @@ std::string InsertRowsFrom(const std::string& relation, const std::string& join)
     const std::string r = relation;
     return "INSERT INTO outbox (event_id, topic, message_key, headers, payload) SELECT " + r + ".event_id, " + r +
            ".topic, " + r + ".message_key, " + r + ".headers::jsonb, " + r + ".payload::jsonb FROM " + r +
-           (join.empty() ? "" : " " + join) + " ORDER BY " + r + ".n ON CONFLICT (event_id) DO NOTHING";
+           (join.empty() ? "" : " " + join) + " ORDER BY " + r + ".n";
 }
 
 std::string Enqueue(pqxx::transaction_base& tx, const std::string& topic, const std::string& key, CloudEvent event) {

@@ -38,6 +38,39 @@ long long DeleteInBatches(pqxx::connection& conn,
     }
 }
 
+// Published outbox rows past the TTL: the inboxes have forgotten their event ids by then, so a copy
+// kept longer deduplicates nothing. Kept while the step phase they command is open or ended within
+// the TTL: a resend re-arms the very row (same id, same bytes), and the audit expects a recent step's
+// row. Unpublished rows are never deleted. No index names `published_at` (the relay's mark must stay
+// a HOT update), so this walks the primary key from the oldest row in windows of `batch_size` ids,
+// one transaction each, and stops at the first window with no row created before the cutoff (rows
+// are created in id order, give or take the commit order of concurrent writers).
+long long DeleteOutboxRows(pqxx::connection& conn, const std::string& cutoff, int batch_size) {
+    long long total = 0;
+    long long after = 0;
+    for (;;) {
+        pqxx::work tx{conn};
+        const auto window = tx.exec_params1("SELECT max(id), coalesce(bool_or(created_at < " + cutoff +
+                                                "), false) FROM (SELECT id, created_at FROM outbox WHERE id > $1 "
+                                                "ORDER BY id LIMIT $2) w",
+                                            after,
+                                            batch_size);
+        if (window[0].is_null()) return total;
+        const auto last = window[0].as<long long>();
+        total += static_cast<long long>(
+            tx.exec_params("DELETE FROM outbox WHERE id > $1 AND id <= $2 AND published_at < " + cutoff +
+                               " AND NOT EXISTS (SELECT 1 FROM saga_step s WHERE s.command_event_id = outbox.event_id "
+                               "AND (s.completed_at IS NULL OR s.completed_at >= " +
+                               cutoff + "))",
+                           after,
+                           last)
+                .affected_rows());
+        tx.commit();
+        if (!window[1].as<bool>()) return total;
+        after = last;
+    }
+}
+
 }  // namespace
 
 std::string Describe(const SweepReport& report, std::chrono::hours ttl) {
@@ -55,17 +88,7 @@ SweepReport SweepOnce(pqxx::connection& conn, std::chrono::hours ttl, int batch_
     report.processed_events = DeleteInBatches(conn, "processed_event", "processed_at < " + cutoff, batch_size);
     // Idempotency records carry their own expiry, set from the TTL when they were written.
     report.idempotency_records = DeleteInBatches(conn, "idempotency_record", "expires_at < now()", batch_size);
-    // Published outbox rows past the TTL: the inboxes have forgotten their event ids by then, so a
-    // copy kept longer deduplicates nothing. Kept while the step phase they command is open or
-    // ended within the TTL: a resend re-arms the very row (same id, same bytes), and the audit
-    // expects a recent step's row. (Unpublished rows are never deleted.)
-    report.outbox_rows = DeleteInBatches(conn,
-                                         "outbox",
-                                         "published_at < " + cutoff +
-                                             " AND NOT EXISTS (SELECT 1 FROM saga_step s WHERE s.command_event_id = "
-                                             "outbox.event_id AND (s.completed_at IS NULL OR s.completed_at >= " +
-                                             cutoff + "))",
-                                         batch_size);
+    report.outbox_rows = DeleteOutboxRows(conn, cutoff, batch_size);
     return report;
 }
 

@@ -1,5 +1,7 @@
 #include "engine/repository/retention.hpp"
 
+#include "engine/repository/saga_store.hpp"
+
 #include <pqxx/pqxx>
 #include <stdexcept>
 #include <vector>
@@ -75,7 +77,8 @@ PruneReport PruneHistory(pqxx::connection& conn,
     // they are counted).
     const std::string sql =
         "WITH victims AS (SELECT saga_id FROM saga_instance WHERE saga_type = $1 AND status = $2 AND created_at < "
-        "$3::timestamptz AND updated_at < $3::timestamptz ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED), "
+        "$3::timestamptz AND updated_at < $3::timestamptz AND pg_try_advisory_xact_lock(" +
+        std::string(detail::kSagaLockKeySql) + ") ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED), "
         "events AS (DELETE FROM saga_event e USING victims v WHERE e.saga_id = v.saga_id RETURNING 1), "
         "steps AS (DELETE FROM saga_step s USING victims v WHERE s.saga_id = v.saga_id RETURNING 1), "
         "sagas AS (DELETE FROM saga_instance i USING victims v WHERE i.saga_id = v.saga_id RETURNING 1) "
@@ -99,7 +102,7 @@ PruneReport PruneHistory(pqxx::connection& conn,
     for (;;) {
         pqxx::work tx{conn};
         const auto result = tx.exec_params(
-            "DELETE FROM saga_event WHERE id = ANY(ARRAY(SELECT id FROM saga_event WHERE saga_id IS NULL AND at < "
+            "DELETE FROM saga_event WHERE ctid = ANY(ARRAY(SELECT ctid FROM saga_event WHERE saga_id IS NULL AND at < "
             "$1::timestamptz LIMIT $2))",
             cutoff,
             options.batch_size);

@@ -1,6 +1,7 @@
 #include "engine/repository/saga_store.hpp"
 
 #include <algorithm>
+#include <charconv>
 
 #include <pqxx/pqxx>
 
@@ -50,23 +51,51 @@ void Earliest(Effects& effects, std::chrono::milliseconds delay) {
 
 }  // namespace
 
+std::optional<long long> SagaLockKey(const std::string& saga_id) {
+    std::string hex;
+    for (const char c : saga_id) {
+        if (c != '-') hex += c;
+    }
+    std::uint64_t key = 0;
+    if (hex.size() != 32) return std::nullopt;
+    const auto [end, error] = std::from_chars(hex.data() + 16, hex.data() + 32, key, 16);
+    if (error != std::errc{} || end != hex.data() + 32) return std::nullopt;
+    return static_cast<long long>(key);
+}
+
 std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
                                             const std::vector<std::string>& saga_ids,
                                             LockMode mode) {
     std::map<std::string, LoadedSaga> sagas;
-    if (saga_ids.empty()) return sagas;
-    const std::string ids = store::UuidArray(saga_ids);
-    // Locked in key order, so two engines locking overlapping batches cannot deadlock. The steps
-    // are read by a second statement: one joined to the locking one would see them as of before a
-    // lock wait.
-    const std::string lock = mode == LockMode::kWait ? " FOR UPDATE" : " FOR UPDATE SKIP LOCKED";
+    // Locked in key order, so two engines locking overlapping batches cannot deadlock.
+    std::map<long long, std::vector<std::string>> by_key;
+    for (const auto& id : saga_ids) {
+        if (const auto key = SagaLockKey(id)) by_key[*key].push_back(id);
+    }
+    if (by_key.empty()) return sagas;
+    std::vector<long long> keys;
+    for (const auto& [key, ids] : by_key) keys.push_back(key);
+    std::vector<std::string> locked;
+    if (mode == LockMode::kWait) {
+        store::Exec(tx, "SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS k", store::BigintArray(keys));
+        for (const auto& [key, ids] : by_key) locked.insert(locked.end(), ids.begin(), ids.end());
+    } else {
+        for (const auto& row : store::Exec(tx,
+                                           "SELECT k FROM unnest($1::bigint[]) AS k WHERE pg_try_advisory_xact_lock(k)",
+                                           store::BigintArray(keys))) {
+            const auto& ids = by_key.at(row[0].as<long long>());
+            locked.insert(locked.end(), ids.begin(), ids.end());
+        }
+    }
+    if (locked.empty()) return sagas;
+    // Read after the locks, each statement with a snapshot of its own: the previous holder's commit
+    // is visible.
+    const std::string ids = store::UuidArray(locked);
     const auto rows =
         store::Exec(tx,
                     "SELECT saga_id::text, saga_type, definition_hash, status, current_step, input::text, "
                     "data::text, coalesce(parked_reason, ''), coalesce(traceparent, ''), coalesce(tracestate, '') "
-                    "FROM saga_instance WHERE saga_id = "
-                    "ANY($1::uuid[]) ORDER BY saga_instance.saga_id" +
-                        lock,
+                    "FROM saga_instance WHERE saga_id = ANY($1::uuid[])",
                     ids);
     if (rows.empty()) return sagas;
     for (const auto& row : rows) {
@@ -92,7 +121,7 @@ std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
                                    ids);
     for (const auto& row : steps) {
         const auto it = sagas.find(row[0].as<std::string>());
-        if (it == sagas.end()) continue;  // skipped: another transaction holds it (kSkipLocked)
+        if (it == sagas.end()) continue;
         LoadedSaga& saga = it->second;
         machine::StepPhaseState phase;
         phase.step_name = row[1].as<std::string>();

@@ -42,8 +42,17 @@ struct TimelineRow {
 
 enum class LockMode { kWait, kSkipLocked };
 
-// The saga with its step phases, row-locked; nullopt if there is no such saga (or, with
-// kSkipLocked, if another transaction holds it).
+// A saga's lock is a transaction-scoped advisory lock keyed on the low 64 bits of its id (the random
+// part of a UUID v7), not a row lock: `SELECT ... FOR UPDATE` wrote a WAL record on the saga's row
+// at every lock, four per saga of the sample. Everything that decides on a saga's state takes it
+// (replies, timers, operators' commands, retention); an update still locks the row it writes.
+// nullopt for an id that is not a UUID.
+std::optional<long long> SagaLockKey(const std::string& saga_id);
+// The same key in SQL, for a saga_id column.
+inline constexpr const char* kSagaLockKeySql = "('x' || right(replace(saga_id::text, '-', ''), 16))::bit(64)::bigint";
+
+// The saga with its step phases, locked; nullopt if there is no such saga (or, with kSkipLocked, if
+// another transaction holds it).
 std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode);
 
 // The same for several sagas at once (two statements), by saga id; missing ids are not in the map.

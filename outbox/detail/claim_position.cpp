@@ -15,17 +15,22 @@ void ClaimPosition::AddSuspect(long long lo, long long hi, std::uint64_t xmax) {
     suspect->xmax = std::max(suspect->xmax, xmax);
 }
 
+long long ClaimPosition::Low() const {
+    if (!started) return floor;
+    return suspect ? std::min(suspect->lo, position + 1) : position + 1;
+}
+
 void ClaimPosition::Claimed(const std::vector<long long>& ids,
                             std::uint64_t xmax,
                             std::chrono::steady_clock::time_point now,
                             std::chrono::milliseconds patience) {
     for (const long long id : ids) {
-        if (id > position) above.insert(id);
+        if (id > position && id >= floor) above.insert(id);  // a lower one is a listed row
     }
     if (above.empty()) return;
     if (!started) {  // the session's first claim: below its first row, rows may still commit
         position = *above.begin() - 1;
-        AddSuspect(1, position, xmax);
+        AddSuspect(floor, position, xmax);
         started = true;
     }
     bool moved = false;

@@ -34,12 +34,20 @@ struct SuspectRange {
 };
 
 struct ClaimPosition {
+    // The outbox's low-water mark when the session began (outbox_relay): every lower id is
+    // published or listed in outbox_retry, so the position starts below it and ignores those ids.
+    long long floor = 1;
     long long position = 0;     // every id up to here was claimed, or is in the suspect range
     std::set<long long> above;  // ids claimed above the position
     std::optional<SuspectRange> suspect;
     std::chrono::steady_clock::time_point stalled_since{};
     bool started = false;
 
+    // Starts a session at `low_water` (outbox_relay.low_water).
+    explicit ClaimPosition(long long low_water = 1) : floor(low_water), position(low_water - 1) {}
+    // The lowest id that may still wait unpublished without being listed in outbox_retry: where a
+    // full claim starts, and what the relay records as the new low-water mark.
+    long long Low() const;
     // Widens the suspect range to [lo, hi] (nothing when lo > hi), with the higher xmax.
     void AddSuspect(long long lo, long long hi, std::uint64_t xmax);
     // `ids`: the rows a claim took; `xmax`: its snapshot's xmax; `patience`: how long a gap below

@@ -74,7 +74,7 @@ void DumpForDiagnosis(const testing::ExampleRig& rig, const std::map<std::string
                 work.exec("SET LOCAL lock_timeout = '2s'");
                 work.exec("SET LOCAL search_path = " + probe.quote_name(schema[0].as<std::string>()));
                 std::string ids;
-                const auto claimed = work.exec_params(outbox::RelayClaimStatement(false), 200);
+                const auto claimed = work.exec_params(outbox::RelayClaimStatement(false), 200, 0);
                 for (const auto& row : claimed) ids += (ids.empty() ? "" : ",") + row[0].as<std::string>();
                 std::cout << "diagnosis: " << schema[0].c_str() << ".outbox: a relay's claim would take "
                           << claimed.size() << " rows now (" << ids << ")" << std::endl;

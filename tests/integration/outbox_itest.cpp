@@ -236,7 +236,7 @@ TEST_CASE(
     std::string ids, versions, partitions, offsets;
     {
         pqxx::nontransaction tx{relay_conn};
-        const auto claimed = tx.exec_params(outbox::RelayClaimStatement(false), 10);
+        const auto claimed = tx.exec_params(outbox::RelayClaimStatement(false), 10, 0);
         REQUIRE(claimed.size() == 3);
         for (const auto& row : claimed) {
             ids += (ids.empty() ? "{" : ",") + row[0].as<std::string>();

@@ -95,3 +95,18 @@ TEST_CASE("ids at or below the position (a full claim re-reading them) do not mo
     CHECK(p.position == 3);
     CHECK(p.above.empty());
 }
+
+TEST_CASE("a session starts at the low-water mark: listed rows below it do not hold the position") {
+    ClaimPosition p{1000};
+    CHECK(p.Low() == 1000);  // nothing claimed yet: full claims start at the mark
+    // The first full claim takes a re-armed row listed below the mark, then 1002 and 1003 (1000 and
+    // 1001 not committed yet).
+    p.Claimed({5, 1002, 1003}, 77, t0, kPatience);
+    CHECK(p.position == 1003);
+    REQUIRE(p.suspect);
+    CHECK(p.suspect->lo == 1000);  // not 1 or 5: everything below the mark was published or listed
+    CHECK(p.suspect->hi == 1001);
+    CHECK(p.Low() == 1000);
+    p.suspect.reset();  // the relay found the range clear
+    CHECK(p.Low() == 1004);
+}
