@@ -44,6 +44,7 @@ for line in open(f"{work}/relations"):
     node, name, owner = line.rstrip("\n").split("|")
     relation[node], table[node] = name, owner
 by_table, by_relation, by_type = collections.Counter(), collections.Counter(), collections.Counter()
+by_table_type = collections.Counter()
 total = 0
 for line in open(f"{work}/records"):
     rm, kind, node = line.rstrip("\n").split("|")
@@ -54,6 +55,7 @@ for line in open(f"{work}/records"):
     by_table[owner] += 1
     by_relation[relation.get(node, owner)] += 1
     by_type[f"{rm} {kind}"] += 1
+    by_table_type[(owner, f"{rm} {kind}")] += 1
 print(f"{sagas} sagas, {total / sagas:.1f} WAL records per saga (the bench_* tables left out; commits include the benchmark's own)")
 print("\nby table (its indexes included), then each relation:")
 for name, n in by_table.most_common():
@@ -66,4 +68,8 @@ for name, n in by_table.most_common():
 print("\nby record type:")
 for kind, n in by_type.most_common(15):
     print(f"  {n / sagas:7.2f}  {kind}")
+print("\nby table and record type (indexes included):")
+for (owner, kind), n in by_table_type.most_common(30):
+    if n / sagas >= 0.2:
+        print(f"  {n / sagas:7.2f}  {owner}  {kind}")
 PY

@@ -29,6 +29,9 @@ namespace {
 constexpr int kRelayLock = 0x7366726c;
 // Not a librdkafka code: the slot still waits for its delivery report.
 constexpr auto kPending = RD_KAFKA_RESP_ERR__BEGIN;
+// How long a delivered batch's mark waits for a claim to ride with. Under load the next batch's rows
+// arrive within a millisecond or two; idle, the mark goes alone after this.
+constexpr std::chrono::milliseconds kMarkDelay{10};
 
 struct Slot {
     long long id = 0;
@@ -98,8 +101,8 @@ std::string ClaimRows(bool after_position, int limit, int from, const std::strin
     if (after_position) return rows + "AND o.id > " + f + " ORDER BY id LIMIT " + l;
     // From the low-water mark through the primary key, and the listed rows below it.
     return "SELECT * FROM ((" + rows + "AND o.id >= " + f + " ORDER BY id LIMIT " + l + ") UNION ALL (" + rows +
-           "AND o.id < " + f + " AND o.id IN (SELECT id FROM outbox_retry) ORDER BY id LIMIT " + l + ")) c ORDER BY id LIMIT " +
-           l;
+           "AND o.id < " + f + " AND o.id IN (SELECT id FROM outbox_retry) ORDER BY id LIMIT " + l +
+           ")) c ORDER BY id LIMIT " + l;
 }
 
 // The mark (RelayMarkStatement) as the CTEs `marked` and `unlisted`.
@@ -218,7 +221,7 @@ class Relay::Impl {
                     continue;
                 }
                 position_ = detail::ClaimPosition{row[1].as<long long>()};
-                next_ = pqxx::result{};
+                unmarked_ = {};
                 recorded_low_ = position_.floor;
                 spdlog::info("relay: publishing (leader lock taken)");
             }
@@ -240,17 +243,25 @@ class Relay::Impl {
             }
             if (full && position_.suspect && published < options_.batch_size) ClearSuspect(*conn);
             RecordLowWater(*conn, false);
-            if (published >= options_.batch_size || !next_.empty()) continue;  // more may be waiting, or claimed
+            if (published >= options_.batch_size) continue;  // more may be waiting
             // Idle: wait for a NOTIFY of a row this claim did not see, in slices so Stop() is seen
-            // quickly.
-            const auto deadline = std::chrono::steady_clock::now() + options_.poll_interval;
+            // quickly. The batch's mark waits for it too (it rides with the next claim), but not
+            // longer than kMarkDelay.
+            const auto start = std::chrono::steady_clock::now();
+            const auto deadline = start + options_.poll_interval;
             while (wakeups.highest <= covered && !wakeups.unreadable && !stopping_.load() &&
                    std::chrono::steady_clock::now() < deadline) {
-                conn->await_notification(0, 50'000);
+                if (!unmarked_.ids.empty() && std::chrono::steady_clock::now() - start >= kMarkDelay) {
+                    FlushMarks(*conn);
+                }
+                conn->await_notification(0, unmarked_.ids.empty() ? 50'000 : 2'000);
                 rd_kafka_poll(producer_.get(), 0);
             }
         }
-        if (leader_.load()) RecordLowWater(*conn, true);
+        if (leader_.load()) {
+            FlushMarks(*conn);
+            RecordLowWater(*conn, true);
+        }
         pqxx::nontransaction tx{*conn};
         tx.exec("SELECT pg_advisory_unlock_all()");
         leader_ = false;
@@ -271,9 +282,9 @@ class Relay::Impl {
     }
 
     // Claims rows with ids above the position, or (`full`) from the low-water mark and the rows listed
-    // in outbox_retry; a row waits behind an earlier listed row of its key (backing off or re-armed). Returns the number of rows
-    // claimed (published or scheduled again), or -1 when the batch was left unmarked (fatal
-    // producer error, stalled deliveries, or stopping with deliveries unacknowledged).
+    // in outbox_retry; a row waits behind an earlier listed row of its key (backing off or re-armed). Returns the
+    // number of rows claimed (published or scheduled again), or -1 when the batch was left unmarked (fatal producer
+    // error, stalled deliveries, or stopping with deliveries unacknowledged).
     //
     // No transaction stays open while the broker acknowledges: the claim and the mark are one
     // statement each, and the mark applies to the row versions the claim read. The leader lock
@@ -281,29 +292,39 @@ class Relay::Impl {
     // the broker round trip added a lock record per row to the WAL, two round trips per batch, and
     // an open transaction (holding back vacuum) for as long as a broker outage lasted.
     //
-    // The rows the previous batch's mark claimed (next_) are this batch unless a full claim is due.
-    // `covered` is set to the highest notified id a claim of this call saw.
+    // The previous batch's mark, if it still waits, rides with a claim after the position (one
+    // statement: RelayMarkAndClaimStatement); a full claim comes after it. `covered` is set to the
+    // highest notified id that claim saw.
     int PublishBatch(pqxx::connection& conn, bool full, const Wakeups& wakeups, long long& covered) {
         pqxx::result rows;
-        if (!full && !next_.empty()) {
-            rows = std::move(next_);
-        } else {
+        if (full) FlushMarks(conn);
+        {
             pqxx::nontransaction tx{conn};
-            rows = tx.exec_prepared(full ? "claim_full" : "claim_after",
-                                    options_.batch_size,
-                                    full ? position_.Low() : position_.position);
+            if (!unmarked_.ids.empty()) {
+                covered = wakeups.highest;
+                rows = tx.exec_prepared("mark_claim",
+                                        store::BigintArray(unmarked_.ids),
+                                        store::BigintArray(unmarked_.versions),
+                                        store::BigintArray(unmarked_.partitions),
+                                        store::BigintArray(unmarked_.offsets),
+                                        options_.batch_size,
+                                        position_.position);
+                metrics_.published += unmarked_.ids.size();
+                unmarked_ = {};
+            } else {
+                rows = tx.exec_prepared(full ? "claim_full" : "claim_after",
+                                        options_.batch_size,
+                                        full ? position_.Low() : position_.position);
+            }
         }
-        next_ = pqxx::result{};
         if (rows.empty()) return 0;
         std::vector<Slot> slots(rows.size());
         Produce(rows, slots);
         if (!Delivered()) return -1;
-        // The position moves first: the mark may claim the next rows after it.
         position_.Claimed(Claimed(slots),
                           std::stoull(rows[0][7].as<std::string>()),
                           std::chrono::steady_clock::now(),
                           options_.poll_interval);
-        covered = wakeups.highest;
         metrics_.published += Mark(conn, slots);
         return static_cast<int>(rows.size());
     }
@@ -422,10 +443,11 @@ class Relay::Impl {
     }
 
     // Marks the delivered rows published (at the versions claimed) and schedules the failed ones
-    // again: delivered rows alone in one statement, which also claims the next rows after the
-    // position into next_ (not when the batch held a listed row: the statement's snapshot still
-    // lists it, and would hold back the later rows of its key); with failed rows one transaction
-    // for all. Returns how many rows were marked (with the claim: delivered).
+    // again. Delivered rows alone are left in unmarked_: their mark rides with the next claim (or
+    // goes alone after kMarkDelay, before a full claim and when the session ends). Not when the
+    // batch held a listed row: the claim's snapshot would still list it and hold back the later
+    // rows of its key; nor with failed rows: one transaction for all. Returns how many rows were
+    // marked now.
     std::size_t Mark(pqxx::connection& conn, const std::vector<Slot>& slots) {
         std::vector<long long> delivered;
         std::vector<long long> versions;
@@ -467,14 +489,8 @@ class Relay::Impl {
             pqxx::nontransaction tx{conn};
             const bool listed = std::any_of(slots.begin(), slots.end(), [](const Slot& slot) { return slot.listed; });
             if (listed || delivered.empty()) return write(tx);
-            next_ = tx.exec_prepared("mark_claim",
-                                     store::BigintArray(delivered),
-                                     store::BigintArray(versions),
-                                     store::BigintArray(partitions),
-                                     store::BigintArray(offsets),
-                                     options_.batch_size,
-                                     position_.position);
-            return delivered.size();
+            unmarked_ = {std::move(delivered), std::move(versions), std::move(partitions), std::move(offsets)};
+            return 0;
         }
         pqxx::work tx{conn};
         const std::size_t marked = write(tx);
@@ -482,10 +498,27 @@ class Relay::Impl {
         return marked;
     }
 
+    // Marks the delivered rows whose mark still waits, alone.
+    void FlushMarks(pqxx::connection& conn) {
+        if (unmarked_.ids.empty()) return;
+        pqxx::nontransaction tx{conn};
+        metrics_.published += tx.exec_prepared("mark",
+                                               store::BigintArray(unmarked_.ids),
+                                               store::BigintArray(unmarked_.versions),
+                                               store::BigintArray(unmarked_.partitions),
+                                               store::BigintArray(unmarked_.offsets))
+                                  .size();
+        unmarked_ = {};
+    }
+
     // Records the low-water mark (at most once a second, and when the session ends): a lower value
     // than the truth is always safe, it only makes the next session's first claims start earlier.
     void RecordLowWater(pqxx::connection& conn, bool now) {
-        const long long low = position_.Low();
+        // Rows delivered but not marked yet are not covered.
+        const long long low =
+            unmarked_.ids.empty()
+                ? position_.Low()
+                : std::min(position_.Low(), *std::min_element(unmarked_.ids.begin(), unmarked_.ids.end()));
         const auto at = std::chrono::steady_clock::now();
         if (low <= recorded_low_ || (!now && at - low_recorded_at_ < std::chrono::seconds(1))) return;
         pqxx::nontransaction{conn}.exec_prepared("record_low_water", low);
@@ -509,7 +542,10 @@ class Relay::Impl {
     store::FailureLogLimit failures_;  // the session's failures while the database is away
     detail::ClientPtr producer_;
     detail::ClaimPosition position_;
-    pqxx::result next_;  // rows the last mark claimed, published next
+    struct Unmarked {
+        std::vector<long long> ids, versions, partitions, offsets;
+    };
+    Unmarked unmarked_;           // delivered, their mark waiting to ride with the next claim
     long long recorded_low_ = 0;  // the low-water mark as outbox_relay has it
     std::chrono::steady_clock::time_point low_recorded_at_{};
     int pending_ = 0;  // touched only on the relay thread (delivery reports run inside rd_kafka_poll)

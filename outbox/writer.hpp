@@ -30,8 +30,8 @@ OutboxRow MakeOutboxRow(
 // Many outbox rows with one statement: an INSERT of the rows of `relation` (e.g. a CTE over
 // unnest(...) of arrays), whose columns event_id (uuid), topic, message_key, headers and payload
 // (texts: MakeOutboxRow's params, in that order) and n (the order to take ids in) it reads. The ids
-// must be new (minted by MakeOutboxRow): an id already in the outbox fails the statement. `join` (optional) is appended after the relation, e.g.
-// "JOIN step ON ..." to insert only rows whose own row was new.
+// must be new (minted by MakeOutboxRow): an id already in the outbox fails the statement. `join` (optional) is appended
+// after the relation, e.g. "JOIN step ON ..." to insert only rows whose own row was new.
 std::string InsertRowsFrom(const std::string& relation, const std::string& join = "");
 
 // Marks the row of `event_id` for publishing again (a step's resend after a timeout): same row,

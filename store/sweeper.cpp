@@ -58,12 +58,17 @@ long long DeleteOutboxRows(pqxx::connection& conn, const std::string& cutoff, in
         if (window[0].is_null()) return total;
         const auto last = window[0].as<long long>();
         total += static_cast<long long>(
-            tx.exec_params("DELETE FROM outbox WHERE id > $1 AND id <= $2 AND published_at < " + cutoff +
-                               " AND NOT EXISTS (SELECT 1 FROM saga_step s WHERE s.command_event_id = outbox.event_id "
-                               "AND (s.completed_at IS NULL OR s.completed_at >= " +
-                               cutoff + "))",
-                           after,
-                           last)
+            tx.exec_params(
+                  "DELETE FROM outbox WHERE id > $1 AND id <= $2 AND published_at < " + cutoff +
+                      // The command's step phase, by its primary key (the CASE keeps a key
+                      // that is no saga id away from the cast).
+                      " AND NOT EXISTS (SELECT 1 FROM saga_step s WHERE s.saga_id = CASE WHEN "
+                      "outbox.message_key ~ '^[0-9a-fA-F-]{36}$' THEN outbox.message_key::uuid END AND "
+                      "s.step_name = outbox.payload->>'stepname' AND s.phase = outbox.payload->>'phase' AND "
+                      "s.command_event_id = outbox.event_id AND (s.completed_at IS NULL OR s.completed_at >= " +
+                      cutoff + "))",
+                  after,
+                  last)
                 .affected_rows());
         tx.commit();
         if (!window[1].as<bool>()) return total;

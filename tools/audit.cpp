@@ -93,7 +93,11 @@ std::string Literal(pqxx::transaction_base& tx, const std::string& text) {
 }
 
 AuditCheck TerminalOrLive(pqxx::transaction_base& tx, const std::string& grace) {
-    AuditCheck terminal{"terminal-or-live", "every saga is terminal, or open with a live deadline or retry; its definition is stored", 0, {}};
+    AuditCheck terminal{
+        "terminal-or-live",
+        "every saga is terminal, or open with a live deadline or retry; its definition and steps are stored with it",
+        0,
+        {}};
     Collect(tx,
             terminal,
             "SELECT i.saga_id::text, 'open (' || i.status || ') with no live deadline or retry' FROM saga_instance i "
@@ -101,10 +105,13 @@ AuditCheck TerminalOrLive(pqxx::transaction_base& tx, const std::string& grace) 
             "i.saga_id AND s.status = 'dispatched' AND coalesce(s.next_attempt_at, s.deadline_at) > now() - " +
                 grace +
                 " * interval '1 second') "
-                // The definition a saga is pinned to (no foreign key since 013_fewer_index_writes.sql).
+                // The definition a saga is pinned to, and a step's saga (no foreign keys since
+                // 013_fewer_index_writes.sql).
                 "UNION ALL SELECT i.saga_id::text, 'pinned to definition ' || i.saga_type || ' ' || i.definition_hash "
                 "|| ', which is not stored' FROM saga_instance i WHERE NOT EXISTS (SELECT 1 FROM saga_definition d "
-                "WHERE d.saga_type = i.saga_type AND d.hash = i.definition_hash)");
+                "WHERE d.saga_type = i.saga_type AND d.hash = i.definition_hash) "
+                "UNION ALL SELECT s.saga_id::text, 'step ' || s.step_name || ' ' || s.phase || ' has no saga row' FROM "
+                "saga_step s WHERE NOT EXISTS (SELECT 1 FROM saga_instance i WHERE i.saga_id = s.saga_id)");
     return terminal;
 }
 

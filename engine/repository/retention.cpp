@@ -78,7 +78,8 @@ PruneReport PruneHistory(pqxx::connection& conn,
     const std::string sql =
         "WITH victims AS (SELECT saga_id FROM saga_instance WHERE saga_type = $1 AND status = $2 AND created_at < "
         "$3::timestamptz AND updated_at < $3::timestamptz AND pg_try_advisory_xact_lock(" +
-        std::string(detail::kSagaLockKeySql) + ") ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED), "
+        std::string(detail::kSagaLockKeySql) +
+        ") ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED), "
         "events AS (DELETE FROM saga_event e USING victims v WHERE e.saga_id = v.saga_id RETURNING 1), "
         "steps AS (DELETE FROM saga_step s USING victims v WHERE s.saga_id = v.saga_id RETURNING 1), "
         "sagas AS (DELETE FROM saga_instance i USING victims v WHERE i.saga_id = v.saga_id RETURNING 1) "

@@ -165,6 +165,16 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
     damage("terminal-or-live",
            "UPDATE saga_instance SET status = 'running' WHERE saga_id = '" + victim + "'",
            "UPDATE saga_instance SET status = 'compensated' WHERE saga_id = '" + victim + "'");
+    // Neither is a foreign key any more (sql/013): the audit checks them.
+    damage("terminal-or-live",
+           "UPDATE saga_instance SET definition_hash = 'gone' WHERE saga_id = '" + victim + "'",
+           "UPDATE saga_instance SET definition_hash = (SELECT hash FROM saga_definition WHERE saga_type = "
+           "'order-payment') WHERE saga_id = '" +
+               victim + "'");
+    damage("terminal-or-live",
+           "INSERT INTO saga_step (saga_id, step_name, phase, status, command_event_id) VALUES "
+           "(gen_random_uuid(), 'create-order', 'action', 'succeeded', gen_random_uuid())",
+           "DELETE FROM saga_step s WHERE NOT EXISTS (SELECT 1 FROM saga_instance i WHERE i.saga_id = s.saga_id)");
     damage("dispatch-once",
            "INSERT INTO outbox (event_id, topic, message_key, payload, published_at) SELECT gen_random_uuid(), topic, "
            "message_key, payload, now() FROM outbox WHERE message_key = '" +

@@ -376,17 +376,22 @@ TEST_CASE("the sweeper deletes only rows past their TTL, in batches, and keeps t
             "INSERT INTO idempotency_record (scope, idempotency_key, command_hash, state, expires_at) "
             "VALUES ('t', 'live', 'h', 'completed', now() + interval '1 hour')");
         // Outbox rows: 'gone-*' must go, the others stay.
+        const std::string kSaga = "00000000-0000-7000-8000-000000000001";
         tx.exec(
             "INSERT INTO saga_definition (saga_type, version, hash, canonical) VALUES ('t', 1, 'h', '{}'); "
             "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, input) "
             "VALUES ('00000000-0000-7000-8000-000000000001', 't', 1, 'h', 'running', '{}')");
-        const auto row = [&](const std::string& key, const std::string& published, const std::string& created) {
+        const auto row = [&](const std::string& key,
+                             const std::string& published,
+                             const std::string& created,
+                             const std::string& payload = "{}") {
             tx.exec_params(
                 "INSERT INTO outbox (event_id, topic, message_key, payload, created_at, published_at) VALUES "
-                "(gen_random_uuid(), 't', $1, '{}', now() - $3::interval, now() - $2::interval)",
+                "(gen_random_uuid(), 't', $1, $4::jsonb, now() - $3::interval, now() - $2::interval)",
                 key,
                 published,
-                created);
+                created,
+                payload);
         };
         for (int i = 0; i < 12; ++i) row("gone-published-49h", "49 hours", "49 hours");
         row("kept-published-47h", "47 hours", "47 hours");
@@ -399,12 +404,13 @@ TEST_CASE("the sweeper deletes only rows past their TTL, in batches, and keeps t
              std::vector<std::pair<std::string, std::string>>{{"gone-step-ended-49h", "now() - interval '49 hours'"},
                                                               {"kept-step-ended-1h", "now() - interval '1 hour'"},
                                                               {"kept-step-open", "NULL"}}) {
-            row(name, "50 hours", "50 hours");
+            // A command as the engine writes it: keyed by its saga, naming its step phase.
+            row(kSaga, "50 hours", "50 hours", R"({"stepname": ")" + name + R"(", "phase": "action"})");
             tx.exec_params(
                 "INSERT INTO saga_step (saga_id, step_name, phase, status, command_event_id, completed_at) SELECT "
                 "'00000000-0000-7000-8000-000000000001', $1, 'action', CASE WHEN " +
                     completed + " IS NULL THEN 'dispatched' ELSE 'succeeded' END, event_id, " + completed +
-                    " FROM outbox WHERE message_key = $1",
+                    " FROM outbox WHERE payload->>'stepname' = $1",
                 name);
         }
         tx.commit();
@@ -416,8 +422,9 @@ TEST_CASE("the sweeper deletes only rows past their TTL, in batches, and keeps t
     CHECK(report.outbox_rows == 13);
     CHECK(Count(db.Url(), "SELECT count(*) FROM processed_event") == 5);
     CHECK(Count(db.Url(), "SELECT count(*) FROM idempotency_record") == 1);
-    CHECK(Count(db.Url(), "SELECT count(*) FROM outbox WHERE message_key LIKE 'gone-%'") == 0);
-    CHECK(Count(db.Url(), "SELECT count(*) FROM outbox WHERE message_key LIKE 'kept-%'") == 4);
+    const std::string name = "coalesce(payload->>'stepname', message_key)";
+    CHECK(Count(db.Url(), "SELECT count(*) FROM outbox WHERE " + name + " LIKE 'gone-%'") == 0);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM outbox WHERE " + name + " LIKE 'kept-%'") == 4);
     const auto again = SweepOnce(conn, std::chrono::hours(48));
     CHECK(again.processed_events == 0);
     CHECK(again.outbox_rows == 0);
