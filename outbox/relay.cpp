@@ -45,7 +45,7 @@ struct Slot {
     std::int64_t offset = -1;
 };
 
-// What the outbox notifications said since the relay last looked. The trigger sends
+// What the `sagaflow_outbox` notifications said since the relay last looked. The trigger sends
 // "<schema>:<highest id inserted>" (006_outbox_notify_id.sql); every relay of a database listens on
 // the one channel, so a relay keeps only its own schema's. A payload it cannot read (an older
 // trigger) just means "look".
@@ -57,8 +57,8 @@ struct Wakeups {
 
 class NotifyReceiver final : public pqxx::notification_receiver {
   public:
-    NotifyReceiver(pqxx::connection_base& conn, const std::string& channel, Wakeups& wakeups)
-        : pqxx::notification_receiver(conn, channel), wakeups_(wakeups) {}
+    NotifyReceiver(pqxx::connection_base& conn, Wakeups& wakeups)
+        : pqxx::notification_receiver(conn, "sagaflow_outbox"), wakeups_(wakeups) {}
     void operator()(const std::string& payload, int) override {
         const auto colon = payload.rfind(':');
         if (colon == std::string::npos) {
@@ -205,11 +205,8 @@ class Relay::Impl {
                       "next_attempt_at = now() + make_interval(secs => $3::double precision) "
                       "WHERE id = $1 AND xmin = $4::xid AND published_at IS NULL");
         Wakeups wakeups;
-        // The schema's own channel (014_outbox_notify_per_schema.sql).
-        const auto names = pqxx::nontransaction{*conn}.exec1(
-            "SELECT current_schema(), 'sagaflow_outbox_' || md5(current_schema())");
-        wakeups.schema = names[0].as<std::string>();
-        NotifyReceiver listener{*conn, names[1].as<std::string>(), wakeups};
+        wakeups.schema = pqxx::nontransaction{*conn}.exec1("SELECT current_schema()")[0].as<std::string>();
+        NotifyReceiver listener{*conn, wakeups};
         std::chrono::steady_clock::time_point last_full_claim{};
         while (!stopping_.load()) {
             if (!leader_.load()) {

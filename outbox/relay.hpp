@@ -3,7 +3,7 @@
 // producer and marks them published.
 //
 // Lifecycle: Start() spawns the relay thread; it connects to PostgreSQL, takes the relay leader
-// lock, LISTENs on its schema's outbox channel and loops: claim a batch (one statement, id order, no row
+// lock, LISTENs on `sagaflow_outbox` and loops: claim a batch (one statement, id order, no row
 // locks and no open transaction: the leader lock makes the relay the only publisher), produce
 // every row, wait for every delivery report, mark the delivered rows `published_at` and the failed
 // ones `attempts`/`last_error`/`next_attempt_at` (one statement, or one transaction when some
