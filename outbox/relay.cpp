@@ -29,8 +29,11 @@ namespace {
 constexpr int kRelayLock = 0x7366726c;
 // Not a librdkafka code: the slot still waits for its delivery report.
 constexpr auto kPending = RD_KAFKA_RESP_ERR__BEGIN;
-// How long a delivered batch's mark waits for a claim to ride with. Under load the next batch's rows
-// arrive within a millisecond or two; idle, the mark goes alone after this.
+// How long a delivered batch's mark waits, once the relay is idle, for a claim to ride with. Under
+// load the next batch's rows were notified while this one was at the broker, and the mark rides with
+// their claim at once; at a few sagas a second rows come every few milliseconds, and a short wait
+// saves a transaction per batch. It delays `published_at` (the engine's step clocks read it; they
+// count in seconds) by at most this.
 constexpr std::chrono::milliseconds kMarkDelay{10};
 
 struct Slot {
@@ -229,7 +232,7 @@ class Relay::Impl {
             // Rows notified before a claim committed before it, so the claim sees them.
             long long covered = wakeups.highest;
             wakeups.unreadable = false;
-            // A full claim (from the first unpublished row) every poll interval finds what a
+            // A full claim (from the low-water mark, and the listed rows) every poll interval finds what a
             // claim after the position cannot see: re-armed rows and rows whose backoff ended. While
             // a suspect range exists every claim is a full one. In between, claims start after it.
             const auto now = std::chrono::steady_clock::now();

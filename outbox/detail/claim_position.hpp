@@ -23,10 +23,10 @@ namespace sagaflow::outbox::detail {
 // xmax: every transaction that can still commit a row in the range has an xid below it (the
 // range's ids were taken before the claim that saw a higher id). The session's first claim does
 // the same with everything below its first row. While a suspect range exists every claim is a full
-// claim (from the first unpublished row, in id order: a late row goes out before the later rows
+// claim (from the low-water mark, in id order: a late row goes out before the later rows
 // of its key); the range is cleared once the oldest running transaction is younger than its xmax
 // and nothing in it waits unpublished, except rows that hold back their keys by themselves
-// (index outbox_held).
+// (listed in outbox_retry).
 struct SuspectRange {
     long long lo = 0;
     long long hi = 0;
