@@ -56,8 +56,19 @@ HttpResult Post(int port, const std::string& key, const std::string& body, std::
     return HttpRequest(port, "POST", "/v1/sagas/itest-saga", h, body);
 }
 
-// Whether `count` starts are waiting at a lock inside their transaction (the tests hold the
-// definition row), within 10 s.
+// Holds the saga rows that starts with these keys will insert: an uncommitted row with the same
+// (saga_type, idempotency_key) makes such a start wait at its saga_instance insert, inside its
+// transaction, after it has claimed its key.
+void HoldStarts(pqxx::work& hold, const std::vector<std::string>& keys) {
+    for (const auto& key : keys) {
+        hold.exec_params(
+            "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, input, "
+            "idempotency_key) VALUES (gen_random_uuid(), 'itest-saga', 1, 'held', 'running', '{}', $1)",
+            key);
+    }
+}
+
+// Whether `count` starts are waiting at a lock inside their transaction (HoldStarts), within 10 s.
 bool StartsWaitingAtLock(const Rig& rig, int count) {
     return WaitFor(
         [&] {
@@ -174,12 +185,12 @@ TEST_CASE(
     auto engine = HttpEngine(rig);
     const int port = engine->HttpPort();
     std::future<HttpResult> first, second, other_key;
-    // Hold the saga's definition row: a start then waits inside its transaction at the saga row's
-    // foreign key, after it has claimed its key. (Declared after the futures: if a check below
-    // fails, the hold ends before they are waited for.)
+    // Hold the key's saga row: the start then waits inside its transaction, after it has claimed its
+    // key. (Declared after the futures: if a check below fails, the hold ends before they are
+    // waited for.)
     pqxx::connection holder{rig.db.Url()};
     pqxx::work hold{holder};
-    hold.exec("SELECT 1 FROM saga_definition FOR UPDATE");
+    HoldStarts(hold, {"flight"});
     first = std::async(std::launch::async, [port] { return Post(port, "flight", R"({"item":"f"})"); });
     REQUIRE(StartsWaitingAtLock(rig, 1));
     // The server goes on answering while that request waits in the database.
@@ -218,11 +229,11 @@ TEST_CASE("requests waiting in the database on every HTTP worker leave the engin
     {
         // (Declared before the hold: should a check below fail, the hold ends before it is waited for.)
         std::future<std::optional<SagaView>> read;
-        // Every worker's start waits at the definition row's lock (as above), inside its transaction.
+        // Every worker's start waits at its held saga row (as above), inside its transaction.
         pqxx::connection holder{rig.db.Url()};
         pqxx::work hold{holder};
-        hold.exec("SELECT 1 FROM saga_definition FOR UPDATE");
         const int workers = rig.Config().http.worker_threads;
+        for (int i = 0; i < workers; ++i) HoldStarts(hold, {"held-" + std::to_string(i)});
         for (int i = 0; i < workers; ++i) {
             held.push_back(std::async(
                 std::launch::async, [port, i] { return Post(port, "held-" + std::to_string(i), R"({"item":"h"})"); }));
@@ -723,11 +734,11 @@ TEST_CASE("stop closes idle connections, answers the request in progress, and a 
     const auto first = ReadUntilClosed(kept, std::chrono::milliseconds(500));
     REQUIRE(first.bytes.rfind("HTTP/1.1 200", 0) == 0);
     REQUIRE_FALSE(first.closed);
-    // A start waits in the database (the definition row is held, as above) while the server stops.
+    // A start waits in the database (its saga row is held, as above) while the server stops.
     std::future<void> stopped;
     pqxx::connection holder{rig.db.Url()};
     pqxx::work hold{holder};
-    hold.exec("SELECT 1 FROM saga_definition FOR UPDATE");
+    HoldStarts(hold, {"stopping"});
     auto busy = Open(io, port);
     const std::string body = R"({"item": "s", "mode": ""})";
     asio::write(busy,
