@@ -202,7 +202,7 @@ class Relay::Impl {
                       "AND attempts = 0)");
         conn->prepare("mark", RelayMarkStatement());
         conn->prepare("mark_claim", RelayMarkAndClaimStatement());
-        conn->prepare("record_low_water", "UPDATE outbox_relay SET low_water = $1 WHERE low_water < $1");
+        conn->prepare("record_low_water", "UPDATE outbox_relay SET low_water = $1 WHERE only_row AND low_water < $1");
         conn->prepare("fail",
                       "UPDATE outbox SET attempts = attempts + 1, last_error = $2, "
                       "next_attempt_at = now() + make_interval(secs => $3::double precision) "
@@ -217,7 +217,7 @@ class Relay::Impl {
                 // after this statement's snapshot is higher: a lower mark is always safe).
                 const auto row = pqxx::nontransaction{*conn}.exec1(
                     "SELECT pg_try_advisory_lock(" + std::to_string(kRelayLock) +
-                    ", hashtext(current_schema())), (SELECT low_water FROM outbox_relay)");
+                    ", hashtext(current_schema())), (SELECT low_water FROM outbox_relay WHERE only_row)");
                 leader_ = row[0].as<bool>();
                 if (!leader_.load()) {
                     detail::SleepUnless(stopping_, options_.poll_interval);

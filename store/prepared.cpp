@@ -87,7 +87,8 @@ std::size_t ForeignStatementConnections() {
 }
 
 void UseOwnStatementPlans(pqxx::connection_base& conn) {
-    pqxx::nontransaction{conn}.exec("SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan");
+    pqxx::nontransaction{conn}.exec(
+        "SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; SET jit = off");
 }
 
 pqxx::result ExecTexts(pqxx::transaction_base& tx, const std::string& sql, const std::vector<std::string>& params) {

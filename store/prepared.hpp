@@ -31,6 +31,11 @@ std::string PreparedName(pqxx::connection_base& conn, const std::string& sql);
 //    every call when its generic plan looks dearer than a custom one, which it always does for an
 //    array parameter (`= ANY($1)`, `unnest($1)`: a generic plan assumes 10 elements, the batch has
 //    1-3). Measured with perf on the saga benchmark: planning was 7 % of the whole machine.
+//  - `jit = off`: a sequential scan left to a statement (a one-row table has no better path) costs
+//    10^10 with `enable_seqscan = off`, far above `jit_above_cost`, so PostgreSQL compiled it with
+//    LLVM at every call: 80 ms for the relay's one-row low-water update, once a second — measured
+//    as a stall of every relay and the open-loop p99 at half load doubling (bench/README.md). No
+//    statement of sagaflow's runs long enough for JIT to pay.
 // A statement whose best plan depends on its values (an operator's listing by status) sets
 // `plan_cache_mode` back for its own transaction (`SET LOCAL`). A participant's sessions use them
 // too, for its bookkeeping; its handlers run the user's SQL, after kUserStatementPlans.
@@ -40,7 +45,7 @@ void UseOwnStatementPlans(pqxx::connection_base& conn);
 // user's SQL in a participant's handler and setup), not as UseOwnStatementPlans says. `TO
 // DEFAULT` is the value the session started with; a savepoint rolled back to keeps it.
 inline constexpr const char* kUserStatementPlans =
-    "SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL plan_cache_mode TO DEFAULT; ";
+    "SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL plan_cache_mode TO DEFAULT; SET LOCAL jit TO DEFAULT; ";
 
 template <typename... Args>
 pqxx::result Exec(pqxx::transaction_base& tx, const std::string& sql, Args&&... args) {

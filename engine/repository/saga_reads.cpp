@@ -231,9 +231,10 @@ std::int64_t CountOpenSagas(pqxx::transaction_base& tx) {
 std::pair<long long, double> OutboxBacklog(pqxx::transaction_base& tx) {
     const auto row = tx.exec1(
         "SELECT count(*), coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)::float8 FROM ("
-        "SELECT created_at FROM outbox WHERE published_at IS NULL AND id >= (SELECT low_water FROM outbox_relay) "
+        "SELECT created_at FROM outbox WHERE published_at IS NULL AND id >= (SELECT low_water FROM outbox_relay WHERE "
+        "only_row) "
         "UNION ALL SELECT o.created_at FROM outbox_retry r JOIN outbox o USING (id) WHERE o.published_at IS NULL "
-        "AND o.id < (SELECT low_water FROM outbox_relay)) unpublished");
+        "AND o.id < (SELECT low_water FROM outbox_relay WHERE only_row)) unpublished");
     return {row[0].as<long long>(), row[1].as<double>()};
 }
 
