@@ -11,6 +11,7 @@
 #include <pqxx/pqxx>
 #include <set>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "outbox/detail/claim_position.hpp"
@@ -47,6 +48,28 @@ struct Slot {
     std::int32_t partition = -1;  // where the broker put it (delivery report)
     std::int64_t offset = -1;
 };
+
+// Delivered rows to mark: the parameters $1..$4 of RelayMarkStatement and RelayMarkAndClaimStatement.
+struct Marks {
+    std::vector<long long> ids, versions, partitions, offsets;
+    void Add(const Slot& slot) {
+        ids.push_back(slot.id);
+        versions.push_back(slot.version);
+        partitions.push_back(slot.partition);
+        offsets.push_back(slot.offset);
+    }
+};
+
+// Runs a prepared mark statement with `marks` as its first four parameters, then `more`.
+template <typename... More>
+pqxx::result ExecMarks(pqxx::transaction_base& tx, const char* statement, const Marks& marks, More&&... more) {
+    return tx.exec_prepared(statement,
+                            store::BigintArray(marks.ids),
+                            store::BigintArray(marks.versions),
+                            store::BigintArray(marks.partitions),
+                            store::BigintArray(marks.offsets),
+                            std::forward<More>(more)...);
+}
 
 // What the `sagaflow_outbox` notifications said since the relay last looked. The trigger sends
 // "<schema>:<highest id inserted>" (006_outbox_notify_id.sql); every relay of a database listens on
@@ -305,13 +328,7 @@ class Relay::Impl {
             pqxx::nontransaction tx{conn};
             if (!unmarked_.ids.empty()) {
                 covered = wakeups.highest;
-                rows = tx.exec_prepared("mark_claim",
-                                        store::BigintArray(unmarked_.ids),
-                                        store::BigintArray(unmarked_.versions),
-                                        store::BigintArray(unmarked_.partitions),
-                                        store::BigintArray(unmarked_.offsets),
-                                        options_.batch_size,
-                                        position_.position);
+                rows = ExecMarks(tx, "mark_claim", unmarked_, options_.batch_size, position_.position);
                 metrics_.published += unmarked_.ids.size();
                 unmarked_ = {};
             } else {
@@ -452,52 +469,47 @@ class Relay::Impl {
     // rows of its key; nor with failed rows: one transaction for all. Returns how many rows were
     // marked now.
     std::size_t Mark(pqxx::connection& conn, const std::vector<Slot>& slots) {
-        std::vector<long long> delivered;
-        std::vector<long long> versions;
-        std::vector<long long> partitions;
-        std::vector<long long> offsets;
+        Marks delivered;
         std::vector<const Slot*> failed;
         for (const auto& slot : slots) {
             if (slot.err == kPending) continue;
             if (slot.err == RD_KAFKA_RESP_ERR_NO_ERROR) {
-                delivered.push_back(slot.id);
-                versions.push_back(slot.version);
-                partitions.push_back(slot.partition);
-                offsets.push_back(slot.offset);
+                delivered.Add(slot);
             } else {
                 failed.push_back(&slot);
             }
         }
-        const auto write = [&](pqxx::transaction_base& tx) {
-            for (const Slot* slot : failed) {
-                const double backoff = std::min(static_cast<double>(options_.max_backoff.count()),
-                                                static_cast<double>(options_.initial_backoff.count()) *
-                                                    std::pow(2.0, std::min(slot->attempts, 20)));
-                tx.exec_prepared("fail", slot->id, detail::ErrorText(slot->err), backoff / 1000.0, slot->version);
-                ++metrics_.retried;
-                spdlog::warn("relay: outbox row {} not published ({}); next attempt in {:.1f} s",
-                             slot->id,
-                             detail::ErrorText(slot->err),
-                             backoff / 1000.0);
-            }
-            return delivered.empty() ? 0
-                                     : tx.exec_prepared("mark",
-                                                        store::BigintArray(delivered),
-                                                        store::BigintArray(versions),
-                                                        store::BigintArray(partitions),
-                                                        store::BigintArray(offsets))
-                                           .size();
+        const auto mark = [&](pqxx::transaction_base& tx) {
+            return delivered.ids.empty() ? 0 : ExecMarks(tx, "mark", delivered).size();
         };
         if (failed.empty()) {
-            pqxx::nontransaction tx{conn};
             const bool listed = std::any_of(slots.begin(), slots.end(), [](const Slot& slot) { return slot.listed; });
-            if (listed || delivered.empty()) return write(tx);
-            unmarked_ = {std::move(delivered), std::move(versions), std::move(partitions), std::move(offsets)};
-            return 0;
+            if (!listed && !delivered.ids.empty()) {
+                unmarked_ = std::move(delivered);
+                return 0;
+            }
+            pqxx::nontransaction tx{conn};
+            return mark(tx);
         }
+        std::vector<double> backoffs;
         pqxx::work tx{conn};
-        const std::size_t marked = write(tx);
+        for (const Slot* slot : failed) {
+            backoffs.push_back(std::min(static_cast<double>(options_.max_backoff.count()),
+                                        static_cast<double>(options_.initial_backoff.count()) *
+                                            std::pow(2.0, std::min(slot->attempts, 20))) /
+                               1000.0);
+            tx.exec_prepared("fail", slot->id, detail::ErrorText(slot->err), backoffs.back(), slot->version);
+        }
+        const std::size_t marked = mark(tx);
         tx.commit();
+        // Counted and logged once the schedule is committed.
+        for (std::size_t i = 0; i < failed.size(); ++i) {
+            ++metrics_.retried;
+            spdlog::warn("relay: outbox row {} not published ({}); next attempt in {:.1f} s",
+                         failed[i]->id,
+                         detail::ErrorText(failed[i]->err),
+                         backoffs[i]);
+        }
         return marked;
     }
 
@@ -505,12 +517,7 @@ class Relay::Impl {
     void FlushMarks(pqxx::connection& conn) {
         if (unmarked_.ids.empty()) return;
         pqxx::nontransaction tx{conn};
-        metrics_.published += tx.exec_prepared("mark",
-                                               store::BigintArray(unmarked_.ids),
-                                               store::BigintArray(unmarked_.versions),
-                                               store::BigintArray(unmarked_.partitions),
-                                               store::BigintArray(unmarked_.offsets))
-                                  .size();
+        metrics_.published += ExecMarks(tx, "mark", unmarked_).size();
         unmarked_ = {};
     }
 
@@ -545,10 +552,7 @@ class Relay::Impl {
     store::FailureLogLimit failures_;  // the session's failures while the database is away
     detail::ClientPtr producer_;
     detail::ClaimPosition position_;
-    struct Unmarked {
-        std::vector<long long> ids, versions, partitions, offsets;
-    };
-    Unmarked unmarked_;           // delivered, their mark waiting to ride with the next claim
+    Marks unmarked_;              // delivered, their mark waiting to ride with the next claim
     long long recorded_low_ = 0;  // the low-water mark as outbox_relay has it
     std::chrono::steady_clock::time_point low_recorded_at_{};
     int pending_ = 0;  // touched only on the relay thread (delivery reports run inside rd_kafka_poll)
