@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The operator endpoints with a long history: ROWS finished sagas (synthetic rows, as a year of
-# traffic leaves them) in saga_instance, then each list page and a /metrics scrape REQUESTS times,
-# beside /healthz of the same server (the floor of an HTTP round trip here). Usage (through
+# The operator endpoints with a long history: ROWS sagas (synthetic rows, as 30 days of traffic
+# leave them) in saga_instance, then each list page, the console's requests and a /metrics scrape
+# REQUESTS times, beside /healthz of the same server (the floor of an HTTP round trip here). Usage (through
 # bench/run): operator_bench.sh DB_URL BROKERS --json OUT [--rows N] [--requests R]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,21 +19,27 @@ while [[ $# -gt 0 ]]; do
 done
 source "$root/bench/http_engine.sh"
 
-# Finished sagas of two types, ids in time order as UUID v7 ones are: half completed, half
-# compensated, one in 7,000 parked (failed), one in 5,000 still running. Loaded in slices of
-# 100,000 with progress.
+# Finished sagas of two types, created one every 30 days / ROWS up to now, with UUID v7 ids of their
+# creation time (as the engine mints them: the console's age filters read that time) and an
+# idempotency key each: half completed, half compensated, one in 7,000 parked (failed), one in
+# 5,000 still running. Loaded in slices of 100,000 with progress.
 psql "$url" -qc "INSERT INTO saga_definition (saga_type, version, hash, canonical)
                  VALUES ('bulk-a', 1, 'bulk-a', '{}'), ('bulk-b', 1, 'bulk-b', '{}') ON CONFLICT DO NOTHING"
+now_ms=$(psql "$url" -Atc "SELECT (extract(epoch FROM now()) * 1000)::bigint")
 slice=100000
 for ((from = 1; from <= rows; from += slice)); do
     to=$((from + slice - 1 < rows ? from + slice - 1 : rows))
-    psql "$url" -qc "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, input)
-        SELECT ('00000000-0000-7000-8000-' || lpad(to_hex(i), 12, '0'))::uuid,
+    psql "$url" -qc "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, input,
+                                                idempotency_key, created_at, updated_at)
+        SELECT (substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-7000-8000-' || lpad(to_hex(i), 12, '0'))::uuid,
                CASE WHEN i % 3 = 0 THEN 'bulk-b' ELSE 'bulk-a' END, 1,
                CASE WHEN i % 3 = 0 THEN 'bulk-b' ELSE 'bulk-a' END,
                CASE WHEN i % 5000 = 0 THEN 'running' WHEN i % 7000 = 0 THEN 'failed'
-                    WHEN i % 2 = 0 THEN 'completed' ELSE 'compensated' END, '{}'
-        FROM generate_series($from, $to) i"
+                    WHEN i % 2 = 0 THEN 'completed' ELSE 'compensated' END, '{}',
+               'key-' || i, to_timestamp(ms / 1000.0), to_timestamp(ms / 1000.0)
+        FROM generate_series($from, $to) i,
+             LATERAL (SELECT $now_ms - ($rows - i) * (2592000000 / $rows)) AS t(ms),
+             LATERAL (SELECT lpad(to_hex(ms), 12, '0')) AS x(h)"
     sf_log "loaded $to of $rows sagas"
 done
 psql "$url" -qc "VACUUM ANALYZE saga_instance"
@@ -69,6 +75,16 @@ results+=("$(measure list_running '/v1/sagas?status=running&limit=50')")
 results+=("$(measure list_type '/v1/sagas?type=bulk-b&limit=50')")
 results+=("$(measure list_type_status_page '/v1/sagas?type=bulk-a&status=completed&limit=50&cursor='"$middle")")
 results+=("$(measure list_page '/v1/sagas?limit=50&cursor='"$middle")")
+# The console: its page, its overview, and the filters it adds to the list.
+results+=("$(measure console_page /ui/)")
+results+=("$(measure overview /v1/overview)")
+results+=("$(measure list_key "/v1/sagas?key=key-$((rows / 2 + 1))&limit=50")")
+results+=("$(measure list_type_key "/v1/sagas?type=bulk-a&key=key-$((rows / 2 + 1))&limit=50")")
+results+=("$(measure list_prefix "/v1/sagas?idPrefix=${middle:0:11}&limit=50")")
+results+=("$(measure list_older_week '/v1/sagas?minAge=604800&limit=50')")
+results+=("$(measure list_failed_last_day '/v1/sagas?status=failed&maxAge=86400&limit=50')")
+results+=("$(measure list_compensated_older_week '/v1/sagas?status=compensated&minAge=604800&limit=50')")
+results+=("$(measure saga "/v1/sagas/$middle")")
 joined=$(IFS=,; echo "${results[*]}")
-printf '{"benchmark":"operator","rows":%s,"requests":%s,"limit_ms":50,"results":[%s]}\n' \
+printf '{"benchmark":"operator","rows":%s,"requests":%s,"limit_ms":100,"results":[%s]}\n' \
     "$total" "$requests" "$joined" | tee "$out"

@@ -207,12 +207,179 @@ std::string Dot(const SagaDefinition& saga, const Graph& g, const GraphOverlay* 
     return out.str();
 }
 
+std::string Xml(const std::string& text) {
+    std::string out;
+    for (const char c : text) {
+        switch (c) {
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&quot;";
+                break;
+            case '\'':
+                out += "&#39;";
+                break;
+            default:
+                out += c;
+        }
+    }
+    return out;
+}
+
+// The SVG layout: the forward path on the top row (start, the steps, completed), each step's
+// compensation under it on the bottom row, `compensated` under `start`. Every edge of the graph is
+// drawn; forward ones solid, the ones into a compensation dashed red.
+std::string Svg(const SagaDefinition& saga, const Graph& g, const GraphOverlay* overlay) {
+    constexpr int kColumn = 210, kWidth = 180, kHeight = 54, kTop = 50, kBottom = 190, kMargin = 15;
+    struct Box {
+        int x = 0, y = 0;
+    };
+    std::map<std::string, Box> at;
+    for (const auto& n : g.nodes) {
+        if (n.id == "start") {
+            at[n.id] = {kMargin, kTop};
+        } else if (n.id == "compensated") {
+            at[n.id] = {kMargin, kBottom};
+        } else if (n.id == "completed") {
+            at[n.id] = {kMargin + static_cast<int>(saga.steps.size() + 1) * kColumn, kTop};
+        } else {  // s<i> or c<i>: step i's column
+            const int column = std::stoi(n.id.substr(1)) + 1;
+            at[n.id] = {kMargin + column * kColumn, n.id[0] == 's' ? kTop : kBottom};
+        }
+    }
+    const int width = kMargin * 2 + static_cast<int>(saga.steps.size() + 1) * kColumn + kWidth;
+    const int height = kBottom + kHeight + 60;
+    std::ostringstream out;
+    out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+        << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
+    out << "<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"7\" "
+           "markerHeight=\"7\" orient=\"auto-start-reverse\"><path d=\"M0,0L10,5L0,10z\" fill=\"#555\"/></marker>"
+           "<marker id=\"arrow-undo\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"7\" "
+           "markerHeight=\"7\" orient=\"auto-start-reverse\"><path d=\"M0,0L10,5L0,10z\" fill=\"#b03030\"/></marker>"
+           "</defs>\n";
+    out << "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n";
+    out << "<text x=\"" << kMargin << "\" y=\"24\" font-size=\"15\" font-weight=\"bold\">"
+        << Xml(saga.name + " v" + std::to_string(saga.version) + (overlay ? " — " + overlay->title : ""))
+        << "</text>\n";
+    for (const auto& e : g.edges) {
+        const auto from = at[e.from];
+        const auto to = at[e.to];
+        int x1 = 0, y1 = 0, x2 = 0, y2 = 0;
+        if (from.y == to.y) {  // along a row: forward to the right, compensations to the left
+            const bool right = to.x > from.x;
+            x1 = right ? from.x + kWidth : from.x;
+            x2 = right ? to.x : to.x + kWidth;
+            y1 = y2 = from.y + kHeight / 2;
+        } else if (from.x == to.x) {  // a step into its own compensation
+            x1 = x2 = from.x + kWidth / 2;
+            y1 = from.y + kHeight;
+            y2 = to.y;
+        } else {  // a failure into an earlier compensation (or compensated)
+            x1 = from.x + kWidth / 4;
+            y1 = from.y + kHeight;
+            x2 = to.x + kWidth - kWidth / 4;
+            y2 = to.y;
+        }
+        out << "<line x1=\"" << x1 << "\" y1=\"" << y1 << "\" x2=\"" << x2 << "\" y2=\"" << y2 << "\" stroke=\""
+            << (e.compensation ? "#b03030\" stroke-dasharray=\"6 4\" marker-end=\"url(#arrow-undo)\""
+                               : "#555\" marker-end=\"url(#arrow)\"")
+            << " stroke-width=\"1.5\"><title>" << Xml(e.from + " → " + e.to + (e.label.empty() ? "" : ": " + e.label))
+            << "</title></line>\n";
+    }
+    for (const auto& n : g.nodes) {
+        const auto box = at[n.id];
+        auto [fill, stroke] = n.status.empty() ? std::pair{"#ffffff", "#9e9e9e"} : Colours(n.status);
+        if (!overlay && n.shape != Node::Shape::kTerminal) fill = "#ffffff", stroke = "#555555";
+        if (!overlay && n.shape == Node::Shape::kTerminal) fill = "#eeeeee", stroke = "#555555";
+        out << "<g class=\"node\" data-node=\"" << Xml(n.id) << "\" data-status=\"" << Xml(n.status) << "\">";
+        const std::string paint = std::string("fill=\"") + fill + "\" stroke=\"" + stroke + "\" stroke-width=\"" +
+                                  (n.shape == Node::Shape::kPivot ? "3" : "1.5") + "\"" +
+                                  (n.shape == Node::Shape::kCompensation ? " stroke-dasharray=\"5 3\"" : "");
+        if (n.shape == Node::Shape::kPivot) {
+            const int x = box.x, y = box.y, w = kWidth, h = kHeight;
+            out << "<polygon points=\"" << x + 14 << "," << y << " " << x + w - 14 << "," << y << " " << x + w << ","
+                << y + h / 2 << " " << x + w - 14 << "," << y + h << " " << x + 14 << "," << y + h << " " << x << ","
+                << y + h / 2 << "\" " << paint << "/>";
+        } else {
+            const int radius = n.shape == Node::Shape::kTerminal ? kHeight / 2 : 8;
+            out << "<rect x=\"" << box.x << "\" y=\"" << box.y << "\" width=\"" << kWidth << "\" height=\"" << kHeight
+                << "\" rx=\"" << radius << "\" " << paint << "/>";
+        }
+        std::vector<std::string> lines;
+        std::istringstream label(n.label);
+        for (std::string line; std::getline(label, line);) lines.push_back(line);
+        const int first = box.y + kHeight / 2 + 5 - static_cast<int>(lines.size() - 1) * 8;
+        for (std::size_t i = 0; i < lines.size(); ++i) {
+            out << "<text x=\"" << box.x + kWidth / 2 << "\" y=\"" << first + static_cast<int>(i) * 16
+                << "\" text-anchor=\"middle\" font-size=\"" << (i == 0 ? 13 : 11) << "\""
+                << (i == 0 ? "" : " fill=\"#444\"") << ">" << Xml(lines[i]) << "</text>";
+        }
+        if (!n.status.empty() && n.shape != Node::Shape::kTerminal) {
+            out << "<title>" << Xml(n.status) << "</title>";
+        }
+        out << "</g>\n";
+    }
+    // The legend: what the colours mean.
+    int x = kMargin;
+    const int y = kBottom + kHeight + 30;
+    for (const auto& [status, text] :
+         std::vector<std::pair<std::string, std::string>>{{"succeeded", "succeeded"},
+                                                          {"dispatched", "in flight"},
+                                                          {"failed", "failed"},
+                                                          {"timed_out", "outcome unknown"},
+                                                          {"compensated", "compensated"}}) {
+        const auto [fill, stroke] = Colours(status);
+        out << "<rect x=\"" << x << "\" y=\"" << y - 11 << "\" width=\"14\" height=\"14\" rx=\"3\" fill=\"" << fill
+            << "\" stroke=\"" << stroke << "\"/><text x=\"" << x + 20 << "\" y=\"" << y << "\" font-size=\"12\">"
+            << Xml(text) << "</text>\n";
+        x += 30 + static_cast<int>(text.size()) * 7;
+    }
+    out << "<text x=\"" << x + 10 << "\" y=\"" << y
+        << "\" font-size=\"12\" fill=\"#b03030\">- - → compensation path</text>\n";
+    out << "</svg>\n";
+    return out.str();
+}
+
 }  // namespace
 
 std::string RenderGraph(const SagaDefinition& saga, GraphFormat format, const GraphOverlay* overlay) {
     Graph g = BuildGraph(saga);
     if (overlay) Apply(*overlay, g);
-    return format == GraphFormat::kMermaid ? Mermaid(saga, g, overlay) : Dot(saga, g, overlay);
+    switch (format) {
+        case GraphFormat::kMermaid:
+            return Mermaid(saga, g, overlay);
+        case GraphFormat::kDot:
+            return Dot(saga, g, overlay);
+        case GraphFormat::kSvg:
+            return Svg(saga, g, overlay);
+    }
+    return {};
+}
+
+std::optional<GraphFormat> ParseGraphFormat(std::string_view name) {
+    if (name == "mermaid") return GraphFormat::kMermaid;
+    if (name == "dot") return GraphFormat::kDot;
+    if (name == "svg") return GraphFormat::kSvg;
+    return std::nullopt;
+}
+
+const char* GraphMediaType(GraphFormat format) {
+    switch (format) {
+        case GraphFormat::kDot:
+            return "text/vnd.graphviz; charset=utf-8";
+        case GraphFormat::kSvg:
+            return "image/svg+xml";
+        case GraphFormat::kMermaid:
+            break;
+    }
+    return "text/plain; charset=utf-8";
 }
 
 }  // namespace sagaflow

@@ -2,14 +2,18 @@
 // Diagrams of a saga: the forward path, the compensation path in reverse, the pivot marked.
 
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "core/definition.hpp"
 
 namespace sagaflow {
 
-enum class GraphFormat { kMermaid, kDot };
+// kSvg: a picture laid out here (no Graphviz needed): the forward path left to right on top, the
+// compensations under their steps, running right to left to `compensated`.
+enum class GraphFormat { kMermaid, kDot, kSvg };
 
 // A saga instance drawn over its definition: each step phase's node is filled by its status
 // (succeeded green, failed red, timed_out or cancelled — outcome unknown — orange, dispatched
@@ -22,5 +26,10 @@ struct GraphOverlay {
 };
 
 std::string RenderGraph(const SagaDefinition& saga, GraphFormat format, const GraphOverlay* overlay = nullptr);
+
+// "mermaid", "dot" or "svg"; nullopt for anything else.
+std::optional<GraphFormat> ParseGraphFormat(std::string_view name);
+// The media type of a rendered graph (HTTP's Content-Type).
+const char* GraphMediaType(GraphFormat format);
 
 }  // namespace sagaflow

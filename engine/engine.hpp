@@ -181,13 +181,36 @@ struct SagaSummary {
     std::string saga_id, saga_type;
     SagaStatus status = SagaStatus::kRunning;
     std::string created_at, updated_at;
+    std::string idempotency_key;  // empty: started without one
 };
 
+// Filters of the saga listing; each narrows a walk of the saga id index (UUID v7 ids sort by
+// creation), so a page costs about the same with millions of sagas.
 struct ListQuery {
     std::optional<SagaStatus> status;  // nullopt: any
     std::string saga_type;             // empty: any
-    std::string cursor;                // the next_cursor of the previous page; empty: the newest sagas
-    int limit = 50;                    // 1..500
+    std::string idempotency_key;       // exact; empty: any
+    // The key also matches as "<scope>:<key>" for each scope given: the HTTP API stores a client's
+    // key so when tokens are configured, and lists its clients here.
+    std::vector<std::string> key_scopes;
+    std::string id_prefix;  // the id's first hex digits (hyphens ignored); empty: any
+    // Age from the time in the saga's UUID v7 id (when the engine minted it at the start).
+    std::optional<std::chrono::seconds> min_age, max_age;
+    std::string cursor;  // the next_cursor of the previous page; empty: the newest sagas
+    int limit = 50;      // 1..500
+};
+
+// How many sagas there are in each status (`estimated`: counted from the planner's statistics, for
+// the finished statuses of a large table), the oldest open saga and the outbox's backlog: the
+// console's overview.
+struct SagaOverview {
+    std::map<std::string, long long> counts;             // status -> sagas
+    bool estimated = false;                              // completed and compensated are estimates
+    std::vector<std::string> saga_types;                 // every registered type, sorted
+    std::string oldest_open_id, oldest_open_created_at;  // empty: no saga is open
+    double oldest_open_seconds = 0;
+    long long outbox_backlog = 0;
+    double oldest_unpublished_seconds = 0;
 };
 
 struct SagaPage {

@@ -1,4 +1,5 @@
 #include "engine/http/http_server.hpp"
+#include "engine/http/console.hpp"
 #include "engine/http/routes.hpp"
 
 #include <spdlog/spdlog.h>
@@ -207,6 +208,8 @@ void HttpServer::Start() {
                           ec.message() + ". Hint: choose another http port, or stop what uses it");
     }
     port_ = acceptor_.local_endpoint().port();
+    const auto counters = metrics_();
+    rates_.Sample(std::chrono::steady_clock::now(), counters.sagas_started, counters.sagas_finished);
     workers_ = std::make_unique<asio::thread_pool>(static_cast<std::size_t>(std::max(1, config_.http.worker_threads)));
     asio::post(io_, [this] {
         open_ = true;
@@ -309,6 +312,22 @@ void HttpServer::Accept() {
 
 namespace {
 
+// A query value as a browser's form encoding sends it: %XX is the byte, '+' a space. A '%' not
+// followed by two hex digits stays as it is.
+std::string QueryDecode(std::string_view text) {
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+        if (text[i] == '%' && i + 2 < text.size() && hex(text[i + 1]) && hex(text[i + 2])) {
+            out += static_cast<char>(std::stoi(std::string(text.substr(i + 1, 2)), nullptr, 16));
+            i += 2;
+        } else {
+            out += text[i] == '+' ? ' ' : text[i];
+        }
+    }
+    return out;
+}
+
 // The request's path and query from its target.
 void SplitTarget(HttpServer::Request& request, const std::string& target) {
     const auto q = target.find('?');
@@ -318,7 +337,7 @@ void SplitTarget(HttpServer::Request& request, const std::string& target) {
     std::string pair;
     while (std::getline(in, pair, '&')) {
         const auto eq = pair.find('=');
-        if (eq != std::string::npos) request.query[pair.substr(0, eq)] = pair.substr(eq + 1);
+        if (eq != std::string::npos) request.query[QueryDecode(pair.substr(0, eq))] = QueryDecode(pair.substr(eq + 1));
     }
 }
 
@@ -496,6 +515,10 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
         }
         case Endpoint::kCancelSaga:
             return CancelSaga(request, id, client);
+        case Endpoint::kOverview:
+            return Overview();
+        case Endpoint::kConsole:
+            return Console(id);
     }
     return Problem(404, "not-found", "Not found", "no resource at " + request.path);
 }
@@ -523,40 +546,113 @@ HttpServer::Response HttpServer::ListSagas(const Request& request) {
     if (!query.cursor.empty() && !store::IsUuid(query.cursor)) {
         return Problem(400, "invalid-query", "Invalid query", "cursor must be the nextCursor of a previous page");
     }
+    const auto digits = [](const std::string& text, std::size_t max_size) {
+        return !text.empty() && text.size() <= max_size &&
+               std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
     if (const auto limit = get("limit"); !limit.empty()) {
-        if (limit.size() > 3 || !std::all_of(limit.begin(), limit.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-            std::stoi(limit) < 1 || std::stoi(limit) > 500) {
+        if (!digits(limit, 3) || std::stoi(limit) < 1 || std::stoi(limit) > 500) {
             return Problem(400, "invalid-query", "Invalid query", "limit must be 1..500");
         }
         query.limit = std::stoi(limit);
     }
+    query.idempotency_key = get("key");
+    if (!query.idempotency_key.empty() && !ValidIdempotencyKey(query.idempotency_key)) {
+        return Problem(400, "invalid-query", "Invalid query", "key must be 1..255 visible ASCII characters");
+    }
+    // With tokens, a start stores its key as "<client>:<key>": the key is looked up for every client.
+    for (const auto& [token, client] : config_.http.tokens) query.key_scopes.push_back(client);
+    query.id_prefix = get("idPrefix");
+    for (const auto& [name, age] : {std::pair{"minAge", &query.min_age}, std::pair{"maxAge", &query.max_age}}) {
+        const auto value = get(name);
+        if (value.empty()) continue;
+        if (!digits(value, 9)) {
+            return Problem(
+                400, "invalid-query", "Invalid query", std::string(name) + " must be a whole number of seconds");
+        }
+        *age = std::chrono::seconds(std::stoll(value));
+    }
+    if (!ListIdRange(query, std::chrono::system_clock::now())) {
+        return Problem(400,
+                       "invalid-query",
+                       "Invalid query",
+                       "idPrefix must be the first 1..32 hexadecimal digits of a saga id (hyphens may be kept)");
+    }
     const auto page = sagas_.List(query);
     nlohmann::json items = nlohmann::json::array();
     for (const auto& s : page.items) {
-        items.push_back({{"sagaId", s.saga_id},
-                         {"type", s.saga_type},
-                         {"status", machine::ToString(s.status)},
-                         {"createdAt", s.created_at},
-                         {"updatedAt", s.updated_at},
-                         {"links", {{"self", "/v1/sagas/" + s.saga_id}}}});
+        items.push_back(
+            {{"sagaId", s.saga_id},
+             {"type", s.saga_type},
+             {"status", machine::ToString(s.status)},
+             {"createdAt", s.created_at},
+             {"updatedAt", s.updated_at},
+             {"idempotencyKey", s.idempotency_key.empty() ? nlohmann::json() : nlohmann::json(s.idempotency_key)},
+             {"links", {{"self", "/v1/sagas/" + s.saga_id}}}});
     }
     nlohmann::json body{{"items", items}};
     body["nextCursor"] = page.next_cursor.empty() ? nlohmann::json() : nlohmann::json(page.next_cursor);
     return Json(200, body);
 }
 
-// GET /v1/sagas/{id}/graph?format=mermaid|dot
+// GET /v1/overview: sagas per status, the oldest open saga, the outbox's backlog, and this
+// engine's starts and finishes per minute (from the counters /metrics exports).
+HttpServer::Response HttpServer::Overview() {
+    const auto o = sagas_.Overview();
+    const auto m = metrics_();
+    const auto per_minute = rates_.Sample(std::chrono::steady_clock::now(), m.sagas_started, m.sagas_finished);
+    const auto rate = [](const std::optional<double>& value) {
+        return value ? nlohmann::json(*value) : nlohmann::json();
+    };
+    nlohmann::json counts = nlohmann::json::object();
+    for (const auto& [status, n] : o.counts) counts[status] = n;
+    nlohmann::json oldest;
+    if (!o.oldest_open_id.empty()) {
+        oldest = {{"sagaId", o.oldest_open_id},
+                  {"createdAt", o.oldest_open_created_at},
+                  {"ageSeconds", o.oldest_open_seconds}};
+    }
+    return Json(
+        200,
+        {{"counts", counts},
+         {"countsEstimated", o.estimated ? nlohmann::json{"completed", "compensated"} : nlohmann::json::array()},
+         {"parked", o.counts.at("failed")},
+         {"types", o.saga_types},
+         {"oldestOpen", oldest},
+         {"outbox", {{"backlog", o.outbox_backlog}, {"oldestUnpublishedSeconds", o.oldest_unpublished_seconds}}},
+         {"thisEngine",
+          {{"started", m.sagas_started},
+           {"finished", m.sagas_finished},
+           {"startedPerMinute", rate(per_minute.first)},
+           {"finishedPerMinute", rate(per_minute.second)}}}});
+}
+
+// GET /ui/...: the console's files, with the headers that keep it to its own origin.
+HttpServer::Response HttpServer::Console(const std::string& name) {
+    if (name.empty()) {
+        Response r{308, "text/plain; charset=utf-8", "/ui/\n", {}};
+        r.headers.emplace_back("Location", "/ui/");
+        return r;
+    }
+    const auto* file = FindConsoleFile(name);
+    if (file == nullptr) return Problem(404, "not-found", "Not found", "the console has no file " + name);
+    Response r{200, std::string(file->content_type), std::string(file->body), {}};
+    r.headers.emplace_back("Content-Security-Policy", std::string(kConsoleSecurityPolicy));
+    r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+    r.headers.emplace_back("Referrer-Policy", "no-referrer");
+    r.headers.emplace_back("Cache-Control", "no-cache");
+    return r;
+}
+
+// GET /v1/sagas/{id}/graph?format=mermaid|dot|svg
 HttpServer::Response HttpServer::SagaGraph(const Request& request, const std::string& saga_id) {
     const auto it = request.query.find("format");
-    const std::string format = it == request.query.end() ? "mermaid" : it->second;
-    if (format != "mermaid" && format != "dot") {
-        return Problem(400, "invalid-query", "Invalid query", "format must be mermaid or dot");
-    }
+    const auto format = ParseGraphFormat(it == request.query.end() ? "mermaid" : it->second);
+    if (!format) return Problem(400, "invalid-query", "Invalid query", "format must be mermaid, dot or svg");
     const auto id = SagaId::Parse(saga_id);
-    const auto graph =
-        id ? sagas_.Graph(*id, format == "dot" ? GraphFormat::kDot : GraphFormat::kMermaid) : std::nullopt;
+    const auto graph = id ? sagas_.Graph(*id, *format) : std::nullopt;
     if (!graph) return Problem(404, "saga-not-found", "Saga not found", "no saga " + saga_id);
-    return {200, format == "dot" ? "text/vnd.graphviz; charset=utf-8" : "text/plain; charset=utf-8", *graph, {}};
+    return {200, GraphMediaType(*format), *graph, {}};
 }
 
 namespace {

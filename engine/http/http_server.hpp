@@ -21,6 +21,7 @@
 #include <mutex>
 
 #include "engine/engine.hpp"
+#include "engine/http/rate_window.hpp"
 #include "engine/orchestrator/saga_commands.hpp"
 #include "store/errors.hpp"
 
@@ -57,6 +58,8 @@ class HttpServer {
     Response SagaGraph(const Request& request, const std::string& saga_id);
     Response Metrics();
     Response Ready();
+    Response Overview();
+    Response Console(const std::string& name);
 
     boost::asio::io_context& io_;
     SagaCommands& sagas_;
@@ -81,6 +84,9 @@ class HttpServer {
     };
     bool open_ = false;  // io thread
     std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
+
+    // The overview's starts and finishes per minute, from samples of the engine's counters.
+    RateWindow rates_;
 
     // /readyz: one caller at a time probes the brokers; the others answer the last result at once.
     std::atomic<bool> probing_{false};

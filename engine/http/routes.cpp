@@ -27,6 +27,16 @@ Route Resolve(std::string_view method, std::string_view path) {
     if (path == "/readyz") return only("GET", Endpoint::kReady);
     if (path == "/metrics") return only("GET", Endpoint::kMetrics);
     const auto segments = Segments(path);
+    if (!segments.empty() && segments[0] == "ui") {  // /ui redirects to /ui/, which is index.html
+        if (segments.size() > 2) return route;
+        route.argument = segments.size() == 2 ? segments[1] : (path.back() == '/' ? "index.html" : "");
+        return only("GET", Endpoint::kConsole);
+    }
+    if (segments.size() == 2 && segments[0] == "v1" && segments[1] == "overview") {
+        route.api = true;
+        route.operator_only = true;
+        return only("GET", Endpoint::kOverview);
+    }
     if (segments.size() < 2 || segments[0] != "v1" || segments[1] != "sagas") return route;
     route.api = true;  // authenticated before anything else is said about the path
     if (segments.size() > 4) return route;

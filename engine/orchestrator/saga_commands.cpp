@@ -129,6 +129,12 @@ std::optional<std::string> SagaCommands::Graph(const SagaId& saga_id, GraphForma
 SagaPage SagaCommands::List(const ListQuery& query) {
     RequireStarted();
     const int limit = std::clamp(query.limit, 1, 500);
+    const auto range = ListIdRange(query, std::chrono::system_clock::now());
+    if (!range) return {};                     // a prefix of no saga id
+    std::string keys = query.idempotency_key;  // the stored forms of the key, separated by chr(31)
+    if (!keys.empty()) {
+        for (const auto& scope : query.key_scopes) keys += '\x1f' + scope + ":" + query.idempotency_key;
+    }
     return sagas_.Pool().RunBlocking([&](pqxx::connection& conn) {
         pqxx::read_transaction tx{conn};
         // Planned for the filters given (a rare status has an index of its own), not with the
@@ -139,7 +145,10 @@ SagaPage SagaCommands::List(const ListQuery& query) {
                                          query.status ? std::string(machine::ToString(*query.status)) : std::string(),
                                          query.saga_type,
                                          store::IsUuid(query.cursor) ? query.cursor : std::string(),
-                                         limit + 1);
+                                         limit + 1,
+                                         range->high,
+                                         range->low,
+                                         keys);
         SagaPage page;
         for (const auto& row : rows) {
             if (static_cast<int>(page.items.size()) == limit) {
@@ -150,9 +159,18 @@ SagaPage SagaCommands::List(const ListQuery& query) {
                                   Text(row[1]),
                                   machine::ParseSagaStatus(Text(row[2])).value_or(SagaStatus::kRunning),
                                   Text(row[3]),
-                                  Text(row[4])});
+                                  Text(row[4]),
+                                  Text(row[5])});
         }
         return page;
+    });
+}
+
+SagaOverview SagaCommands::Overview() {
+    RequireStarted();
+    return sagas_.Pool().RunBlocking([](pqxx::connection& conn) {
+        pqxx::read_transaction tx{conn};
+        return ReadOverview(tx);
     });
 }
 

@@ -48,6 +48,7 @@ class SagaCommands {
     std::optional<SagaView> Get(const SagaId& saga_id);
     std::optional<std::string> Graph(const SagaId& saga_id, GraphFormat format);
     SagaPage List(const ListQuery& query);
+    SagaOverview Overview();
     EngineGauges Gauges();
     RetryResult Retry(const SagaId& saga_id);
     CancelResult Cancel(const SagaId& saga_id, const std::string& reason);

@@ -122,6 +122,9 @@ nlohmann::json SagaJson(const SagaView& saga) {
                          {"reply", s.reply},
                          {"dispatchedAt", s.dispatched_at},
                          {"completedAt", s.completed_at}});
+        if (!s.next_attempt_at.empty()) steps.back()["nextAttemptAt"] = s.next_attempt_at;
+        if (!s.deadline_at.empty() && s.status == StepPhaseStatus::kDispatched)
+            steps.back()["deadlineAt"] = s.deadline_at;
     }
     nlohmann::json timeline = nlohmann::json::array();
     for (const auto& e : saga.timeline) {
@@ -144,6 +147,7 @@ nlohmann::json SagaJson(const SagaView& saga) {
                        {"steps", steps},
                        {"timeline", timeline},
                        {"links", {{"self", "/v1/sagas/" + saga.saga_id}}}};
+    if (!saga.idempotency_key.empty()) out["idempotencyKey"] = saga.idempotency_key;
     if (!saga.trace.traceparent.empty()) out["traceparent"] = saga.trace.traceparent;
     if (!saga.trace.tracestate.empty()) out["tracestate"] = saga.trace.tracestate;
     if (!saga.deadline_at.empty()) out["deadlineAt"] = saga.deadline_at;

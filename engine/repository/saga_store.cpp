@@ -1,7 +1,11 @@
 #include "engine/repository/saga_store.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <tuple>
 
 #include <pqxx/pqxx>
 
@@ -615,11 +619,95 @@ std::string ReopenParked(pqxx::transaction_base& tx, const LoadedSaga& saga) {
 
 std::string ListSagasStatement() {
     // ORDER BY names the table's column: the output column saga_id is text, and ordering by it
-    // sorted the whole table.
+    // sorted the whole table. A key without a type is looked up under every registered type (the
+    // key's unique index leads with the type).
     return "SELECT s.saga_id::text AS saga_id, s.saga_type, s.status, to_char(s.created_at AT TIME ZONE 'UTC', "
            "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), to_char(s.updated_at AT TIME ZONE 'UTC', "
-           "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') FROM saga_instance s WHERE ($1 = '' OR s.status = $1) AND "
-           "($2 = '' OR s.saga_type = $2) AND ($3 = '' OR s.saga_id < $3::uuid) ORDER BY s.saga_id DESC LIMIT $4";
+           "'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), coalesce(s.idempotency_key, '') FROM saga_instance s "
+           "WHERE ($1 = '' OR s.status = $1) AND ($2 = '' OR s.saga_type = $2) AND ($3 = '' OR s.saga_id < $3::uuid) "
+           "AND ($5 = '' OR s.saga_id <= $5::uuid) AND ($6 = '' OR s.saga_id >= $6::uuid) "
+           "AND ($7 = '' OR (s.idempotency_key = ANY (string_to_array($7, chr(31))) AND s.saga_type = ANY (ARRAY("
+           "SELECT DISTINCT saga_type FROM saga_definition)))) ORDER BY s.saga_id DESC LIMIT $4";
+}
+
+namespace {
+
+// 32 hex digits as 8-4-4-4-12.
+std::string UuidText(const std::string& hex) {
+    return hex.substr(0, 8) + "-" + hex.substr(8, 4) + "-" + hex.substr(12, 4) + "-" + hex.substr(16, 4) + "-" +
+           hex.substr(20);
+}
+
+// The lowest or highest UUID v7 minted in the millisecond of `at`.
+std::string V7Bound(std::chrono::system_clock::time_point at, bool high) {
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(at.time_since_epoch()).count();
+    return UuidText(fmt::format("{:012x}", std::max<std::int64_t>(0, ms)) + std::string(20, high ? 'f' : '0'));
+}
+
+}  // namespace
+
+std::optional<IdRange> ListIdRange(const ListQuery& query, std::chrono::system_clock::time_point now) {
+    IdRange range;
+    const auto narrow = [&](const std::string& low, const std::string& high) {
+        if (!low.empty() && (range.low.empty() || low > range.low)) range.low = low;
+        if (!high.empty() && (range.high.empty() || high < range.high)) range.high = high;
+    };
+    if (!query.id_prefix.empty()) {
+        std::string hex;
+        for (const char c : query.id_prefix) {
+            if (c == '-') continue;
+            if (!std::isxdigit(static_cast<unsigned char>(c))) return std::nullopt;
+            hex += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        }
+        if (hex.empty() || hex.size() > 32) return std::nullopt;
+        narrow(UuidText(hex + std::string(32 - hex.size(), '0')), UuidText(hex + std::string(32 - hex.size(), 'f')));
+    }
+    if (query.min_age) narrow({}, V7Bound(now - *query.min_age, true));
+    if (query.max_age) narrow(V7Bound(now - *query.max_age, false), {});
+    return range;
+}
+
+SagaOverview ReadOverview(pqxx::transaction_base& tx) {
+    SagaOverview o;
+    for (const char* status : {"running", "compensating", "failed", "completed", "compensated"}) o.counts[status] = 0;
+    for (const auto& row :
+         tx.exec("SELECT status, count(*) FROM saga_instance WHERE status IN ('running', 'compensating') GROUP BY 1 "
+                 "UNION ALL SELECT 'failed', count(*) FROM saga_instance WHERE status = 'failed'")) {
+        o.counts[row[0].as<std::string>()] = row[1].as<long long>();
+    }
+    // Finished sagas: counted while the table is small; from the planner's statistics (the share of
+    // each status in the last ANALYZE's sample, times the live rows) once counting would read a
+    // large table.
+    const auto rows =
+        tx.exec1("SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'saga_instance'::regclass")[0]
+            .as<long long>();
+    pqxx::result finished;
+    if (rows < 100'000) {
+        finished = tx.exec(
+            "SELECT status, count(*) FROM saga_instance WHERE status IN ('completed', 'compensated') GROUP BY 1");
+    } else {
+        o.estimated = true;
+        finished = tx.exec(
+            "SELECT m.status, round(m.share * (SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = "
+            "'saga_instance'::regclass))::bigint FROM pg_stats s, unnest(s.most_common_vals::text::text[], "
+            "s.most_common_freqs) AS m(status, share) WHERE s.schemaname = current_schema() AND s.tablename = "
+            "'saga_instance' AND s.attname = 'status' AND m.status IN ('completed', 'compensated')");
+    }
+    for (const auto& row : finished) o.counts[row[0].as<std::string>()] = row[1].as<long long>();
+    for (const auto& row : tx.exec("SELECT DISTINCT saga_type FROM saga_definition ORDER BY 1")) {
+        o.saga_types.push_back(row[0].as<std::string>());
+    }
+    const auto oldest = tx.exec(
+        "SELECT saga_id::text, to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "
+        "extract(epoch FROM clock_timestamp() - created_at)::float8 FROM saga_instance WHERE status IN ('running', "
+        "'compensating') ORDER BY saga_id LIMIT 1");
+    if (!oldest.empty()) {
+        o.oldest_open_id = oldest[0][0].as<std::string>();
+        o.oldest_open_created_at = oldest[0][1].as<std::string>();
+        o.oldest_open_seconds = oldest[0][2].as<double>();
+    }
+    std::tie(o.outbox_backlog, o.oldest_unpublished_seconds) = OutboxBacklog(tx);
+    return o;
 }
 
 std::string OpenSagasStatement() {

@@ -168,9 +168,22 @@ struct DueTimer {
 
 std::vector<DueTimer> DueTimers(pqxx::transaction_base& tx, int limit);
 
-// The operator list's page ($1 status or '', $2 type or '', $3 cursor saga id or '', $4 limit): a
-// backward walk of the primary key (or of a status's partial index), never a sort of the table.
+// The operator list's page ($1 status or '', $2 type or '', $3 cursor saga id or '', $4 limit, $5
+// highest and $6 lowest saga id or '', $7 the stored idempotency keys to match, joined by chr(31),
+// or ''): a backward walk of the primary
+// key (or of a status's partial index, or the key's unique index), never a sort of the table.
 std::string ListSagasStatement();
+
+// The saga ids a listing's id prefix and ages allow, inclusive ('' where unbounded); nullopt when
+// the prefix is not 1..32 hex digits (hyphens ignored). Ages count from the time in a UUID v7 id.
+struct IdRange {
+    std::string low, high;
+};
+std::optional<IdRange> ListIdRange(const ListQuery& query, std::chrono::system_clock::time_point now);
+
+// Sagas per status (open ones exact from their partial indexes; finished ones from the planner's
+// statistics once the table is large), the registered types, the oldest open saga.
+SagaOverview ReadOverview(pqxx::transaction_base& tx);
 // The open sagas (running, compensating) and the parked ones (failed) by type and status, from
 // their partial indexes: /metrics reads what is bounded by the work in flight, not the history.
 std::string OpenSagasStatement();

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <pqxx/pqxx>
 
 #include "outbox/writer.hpp"
@@ -22,7 +23,11 @@ using namespace sagaflow;
 namespace {
 
 // Runs `sagaflow demo` against the real broker on `db`, with `extra` flags; its exit status and output.
-std::pair<int, std::string> RunDemo(const testing::ScratchDatabase& db, const std::vector<std::string>& extra) {
+// With `while_running`, the demo runs with --keep-running: once it has printed its result and the
+// console's URL, `while_running(port)` is called, then the demo gets SIGTERM.
+std::pair<int, std::string> RunDemo(const testing::ScratchDatabase& db,
+                                    const std::vector<std::string>& extra,
+                                    const std::function<void(int)>& while_running = {}) {
     const std::string source = std::getenv("SAGAFLOW_SOURCE_DIR");
     const char* services = std::getenv("SAGAFLOW_SERVICES_BIN");
     REQUIRE_MESSAGE(services != nullptr, "SAGAFLOW_SERVICES_BIN is not set: run this test through ctest");
@@ -37,10 +42,26 @@ std::pair<int, std::string> RunDemo(const testing::ScratchDatabase& db, const st
                                   "--services-dir",
                                   services};
     args.insert(args.end(), extra.begin(), extra.end());
+    if (while_running) args.emplace_back("--keep-running");
     int status = 0;
     {
         detail::ChildProcess demo{testing::SagaflowCli(), args, log};
-        const int raw = demo.Wait();
+        int raw = 0;
+        if (while_running) {
+            const bool kept = testing::WaitFor(
+                [&] {
+                    return testing::ReadFile(log).find("Ctrl-C ends the demo") != std::string::npos || !demo.Running();
+                },
+                std::chrono::seconds(300));
+            const std::string output = testing::ReadFile(log);
+            const auto at = output.find("console: http://127.0.0.1:");
+            REQUIRE_MESSAGE(kept, output);
+            REQUIRE_MESSAGE(at != std::string::npos, output);
+            while_running(std::stoi(output.substr(at + std::string("console: http://127.0.0.1:").size())));
+            raw = demo.KillAndWait(SIGTERM);
+        } else {
+            raw = demo.Wait();
+        }
         status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
     }
     std::string output = testing::ReadFile(log);
@@ -52,10 +73,21 @@ std::pair<int, std::string> RunDemo(const testing::ScratchDatabase& db, const st
 
 TEST_CASE("the order-payment demo against the real broker keeps the money invariant") {
     testing::ScratchDatabase db;
-    const auto [status, output] = RunDemo(db, {"--sagas", "20"});
+    // With --keep-running the engine stays up after the run, its console on the printed port: a
+    // newcomer clicks through the demo's sagas (loopback without tokens: an operator).
+    long long listed = -1, in_database = -1;
+    const auto [status, output] = RunDemo(db, {"--sagas", "20"}, [&](int port) {
+        CHECK(testing::HttpRequest(port, "GET", "/ui/").status == 200);
+        const auto page = testing::HttpRequest(port, "GET", "/v1/sagas?limit=500");
+        REQUIRE(page.status == 200);
+        listed = static_cast<long long>(page.Json()["items"].size());
+        in_database = testing::Count(db.Url(), "SELECT count(*) FROM saga_instance");
+    });
     INFO(output);
     CHECK(status == 0);
     CHECK(output.find("money invariant holds") != std::string::npos);
+    CHECK(listed == in_database);
+    CHECK(listed > 20);
 
     pqxx::connection conn{db.Url()};
     pqxx::read_transaction tx{conn};

@@ -166,6 +166,39 @@ TEST_CASE("an instance's diagram colours each phase by its status and stays vali
           std::string::npos);
 }
 
+TEST_CASE("the SVG diagram places every phase, colours it by status and escapes every label") {
+    const auto result = sagaflow::LoadDefinitionFile(SourceDir() / "sagas/order-payment.yaml");
+    REQUIRE(result.definition);
+    sagaflow::GraphOverlay overlay;
+    overlay.title = "saga <x> & \"y\"";
+    overlay.saga_status = "compensated";
+    overlay.phases = {{{"create-order", "action"}, "succeeded"},
+                      {{"charge-payment", "action"}, "failed"},
+                      {{"create-order", "compensation"}, "succeeded"}};
+    const std::string svg = sagaflow::RenderGraph(*result.definition, sagaflow::GraphFormat::kSvg, &overlay);
+    CHECK(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
+    CHECK(svg.find("order-payment v1 — saga &lt;x&gt; &amp; &quot;y&quot;") != std::string::npos);
+    CHECK(svg.find("<x>") == std::string::npos);
+    CHECK(svg.find("data-node=\"s0\" data-status=\"succeeded\"><rect") != std::string::npos);
+    CHECK(svg.find("data-node=\"s1\" data-status=\"failed\"><polygon") == std::string::npos);  // not the pivot
+    CHECK(svg.find("data-node=\"s1\" data-status=\"failed\"><rect") != std::string::npos);
+    CHECK(svg.find("fill=\"#ffcdd2\" stroke=\"#c62828\"") != std::string::npos);  // failed: red
+    CHECK(svg.find("data-node=\"compensated\" data-status=\"compensated\"") != std::string::npos);
+    CHECK(svg.find("data-node=\"completed\" data-status=\"\"") != std::string::npos);  // not reached
+    for (const auto& step : result.definition->steps) {
+        CHECK(svg.find(">" + step.name) != std::string::npos);
+        if (step.kind == sagaflow::StepKind::kPivot) CHECK(svg.find("<polygon") != std::string::npos);
+    }
+    // One line per edge of the graph: the same edges as the DOT diagram.
+    const std::string dot = sagaflow::RenderGraph(*result.definition, sagaflow::GraphFormat::kDot);
+    std::size_t lines = 0, edges = 0;
+    for (std::size_t at = 0; (at = svg.find("<line ", at)) != std::string::npos; ++at) ++lines;
+    for (std::size_t at = 0; (at = dot.find(" -> ", at)) != std::string::npos; ++at) ++edges;
+    CHECK(lines == edges);
+    CHECK(sagaflow::ParseGraphFormat("svg") == sagaflow::GraphFormat::kSvg);
+    CHECK(!sagaflow::ParseGraphFormat("png"));
+}
+
 TEST_CASE("the Mermaid check itself refuses broken diagrams") {
     CHECK(MermaidProblems("---\ntitle: x\n---\nflowchart LR\n    a[\"a\"]\n    a --> b\n") ==
           "edge to an undeclared node: a -> b");

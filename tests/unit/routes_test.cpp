@@ -63,6 +63,14 @@ TEST_CASE("every endpoint, the methods each path allows, and what is not there")
         // Under /v1/sagas a client is authenticated before it learns that a path does not exist.
         {"POST", "/v1/sagas/" + id + "/resume", NotFound(true)},
         {"GET", "/v1/sagas/" + id + "/graph/extra", NotFound(true)},
+        {"GET", "/v1/overview", To(Endpoint::kOverview, {}, true, true)},
+        {"POST", "/v1/overview", NotAllowed("GET", {}, true, true)},
+        // The console's files: no token (what they show comes from /v1 with the user's token).
+        {"GET", "/ui", To(Endpoint::kConsole, {}, false)},  // redirected to /ui/
+        {"GET", "/ui/", To(Endpoint::kConsole, "index.html", false)},
+        {"GET", "/ui/console.js", To(Endpoint::kConsole, "console.js", false)},
+        {"POST", "/ui/", NotAllowed("GET", "index.html", false)},
+        {"GET", "/ui/a/b", NotFound(false)},
         {"GET", "/", NotFound(false)},
         {"GET", "/v1", NotFound(false)},
         {"GET", "/v2/sagas", NotFound(false)},

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -288,10 +289,15 @@ int RunDemo(const DemoOptions& o) {
     config.instance_id = "demo-engine";
     config.create_topics = embedded == nullptr;
     config.kafka_properties["log_level"] = "3";
+    // The HTTP API and the console on loopback: without tokens a loopback client is an operator.
+    config.http.enabled = true;
+    config.http.address = "127.0.0.1";
+    config.http.port = o.http_port;
     Engine engine{config};
     engine.RegisterDefinitionFile(o.saga_file);
     engine.Start();
-    Say("engine started with " + o.saga_file);
+    const std::string console = "http://127.0.0.1:" + std::to_string(engine.HttpPort()) + "/ui/";
+    Say("engine started with " + o.saga_file + "; console at " + console);
 
     pqxx::connection conn{o.db_url};
     Duplicator duplicator{o.db_url, brokers};
@@ -438,24 +444,35 @@ int RunDemo(const DemoOptions& o) {
     const long long refunded = Scalar(conn, "SELECT count(*) FROM payments.refund");
     const long long declined = Scalar(conn, "SELECT count(*) FROM orders.orders WHERE amount > 500");
 
-    engine.Stop();
-    order->KillAndWait(SIGTERM);
-    payment->KillAndWait(SIGTERM);
     std::cout << "\n";
     if (!quiet) violations.push_back("sagas still open at the end of the wait");
     if (unexpected != 0) violations.push_back(fmt::format("sagas with another outcome than planned: {}", unexpected));
-    if (!violations.empty()) {
-        for (const auto& v : violations) std::cout << "VIOLATION: " << v << "\n";
+    for (const auto& v : violations) std::cout << "VIOLATION: " << v << "\n";
+    if (violations.empty()) {
+        std::cout << fmt::format(
+                         "money invariant holds: no order charged twice, {} declined orders cancelled and never "
+                         "charged, {} charge(s) of compensated sagas refunded exactly once",
+                         declined,
+                         refunded)
+                  << std::endl;
+    } else {
         std::cout << "money invariant BROKEN; service logs kept in " << logs.string() << "\n";
-        return 1;
     }
+    std::cout << "console: " << console << std::endl;
+    if (o.keep_running) {
+        std::cout << "the engine and both services keep running (--keep-running): open the console above; "
+                     "Ctrl-C ends the demo"
+                  << std::endl;
+        static std::atomic<bool> stop{false};
+        std::signal(SIGINT, [](int) { stop = true; });
+        std::signal(SIGTERM, [](int) { stop = true; });
+        while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    engine.Stop();
+    order->KillAndWait(SIGTERM);
+    payment->KillAndWait(SIGTERM);
+    if (!violations.empty()) return 1;
     fs::remove_all(logs);
-    std::cout << fmt::format(
-                     "money invariant holds: no order charged twice, {} declined orders cancelled and never charged, "
-                     "{} charge(s) of compensated sagas refunded exactly once",
-                     declined,
-                     refunded)
-              << std::endl;
     return 0;
 }
 

@@ -15,10 +15,13 @@ struct DemoOptions {
     // `node_service`, its replies published by a `sagaflow relay` from schema payments.
     std::string payment_service = "cpp";
     std::string node_service;
+    int http_port = 0;          // the HTTP API and console on 127.0.0.1 (0: any free port)
+    bool keep_running = false;  // after the run, keep the engine and services up until Ctrl-C
 };
 
-// Runs the scenario, prints progress, the outcomes, one timeline and the money invariant. Returns
-// 0 only when the invariant holds.
+// Runs the scenario, prints progress, the outcomes, one timeline, the money invariant and the
+// console's URL (then, with keep_running, waits for SIGINT/SIGTERM). Returns 0 only when the
+// invariant holds.
 int RunDemo(const DemoOptions& options);
 
 }  // namespace sagaflow::cli

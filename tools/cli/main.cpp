@@ -72,8 +72,7 @@ int Graph(const std::string& file, const std::string& format) {
     if (!result.definition) {
         return kExitInvalid;
     }
-    std::cout << sagaflow::RenderGraph(*result.definition,
-                                       format == "dot" ? sagaflow::GraphFormat::kDot : sagaflow::GraphFormat::kMermaid);
+    std::cout << sagaflow::RenderGraph(*result.definition, *sagaflow::ParseGraphFormat(format));
     return 0;
 }
 
@@ -173,11 +172,10 @@ int Show(const std::string& url, const std::string& saga_id, const std::string& 
         std::cout << sagaflow::detail::SagaJson(*saga).dump(2) << "\n";
         return 0;
     }
-    if (format == "mermaid" || format == "dot") {
+    if (const auto graph_format = sagaflow::ParseGraphFormat(format)) {
         const auto definition = sagaflow::detail::ReadStoredDefinition(tx, saga->saga_type, saga->definition_hash);
         const auto overlay = sagaflow::detail::OverlayOf(*saga);
-        std::cout << sagaflow::RenderGraph(
-            definition, format == "dot" ? sagaflow::GraphFormat::kDot : sagaflow::GraphFormat::kMermaid, &overlay);
+        std::cout << sagaflow::RenderGraph(definition, *graph_format, &overlay);
         return 0;
     }
     const auto& s = *saga;
@@ -482,8 +480,8 @@ int main(int argc, char** argv) {
     std::string graph_format = "mermaid";
     auto* graph = app.add_subcommand("graph", "Draw a saga: forward path, compensations in reverse, pivot marked");
     graph->add_option("FILE", graph_file, "YAML saga definition")->required()->check(CLI::ExistingFile);
-    graph->add_option("--format", graph_format, "mermaid or dot")
-        ->check(CLI::IsMember({"mermaid", "dot"}))
+    graph->add_option("--format", graph_format, "mermaid, dot or svg")
+        ->check(CLI::IsMember({"mermaid", "dot", "svg"}))
         ->capture_default_str();
 
     std::string db_flag;
@@ -594,8 +592,8 @@ int main(int argc, char** argv) {
         "show", "Show one saga: state, step phases and timeline, or a diagram coloured by what it did");
     add_db(show);
     show->add_option("SAGA_ID", show_id, "the saga's id")->required();
-    show->add_option("--format", show_format, "text, json, mermaid or dot (dot -Tpng -o saga.png draws it)")
-        ->check(CLI::IsMember({"text", "json", "mermaid", "dot"}))
+    show->add_option("--format", show_format, "text, json, mermaid, dot (dot -Tpng -o saga.png draws it) or svg")
+        ->check(CLI::IsMember({"text", "json", "mermaid", "dot", "svg"}))
         ->capture_default_str();
 
     sagaflow::AuditOptions audit_options;
@@ -640,6 +638,13 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     demo->add_option("--node-service", demo_options.node_service, "the TypeScript payment service's main.js")
         ->capture_default_str();
+    demo->add_option("--http-port", demo_options.http_port, "the console's port on 127.0.0.1 (0: any free port)")
+        ->check(CLI::Range(0, 65535))
+        ->capture_default_str();
+    demo->add_flag("--keep-running",
+                   demo_options.keep_running,
+                   "after the run keep the engine and services up, to click through the sagas in the console; Ctrl-C "
+                   "ends it");
     demo->add_option("--sagas", demo_options.sagas, "how many sagas")
         ->check(CLI::Range(5, 100000))
         ->capture_default_str();
