@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include <nlohmann/json.hpp>
 #include <pqxx/pqxx>
 
 #include "engine/repository/retention.hpp"
@@ -193,4 +194,49 @@ TEST_CASE("a configuration file gives the maintenance commands their database; a
     CHECK(overridden.code == 1);
     CHECK(overridden.err.find("no_such_db") != std::string::npos);
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("upgrade-check --db counts OLD's unfinished instances by step and names the handlers they need") {
+    ScratchDatabase db;
+    REQUIRE(RunCli("migrate --db '" + db.Url() + "'").code == 0);
+    const std::string source = std::getenv("SAGAFLOW_SOURCE_DIR");
+    const std::string old_file = source + "/sagas/order-payment.yaml";
+    const std::string new_file = source + "/tests/corpus/upgrade/order-payment-v2-unsafe.yaml";
+    // OLD's hash, as the report names it.
+    const CliRun plain = RunCli("upgrade-check " + old_file + " " + new_file + " --json");
+    CHECK(plain.code == 1);
+    const std::string old_hash = nlohmann::json::parse(plain.out)["old"]["hash"];
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        // Two running at charge-payment, one compensating from it, one parked at approve-order, one
+        // finished, one at charge-payment on another version (not OLD's).
+        tx.exec_params(
+            "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, current_step, "
+            "input) SELECT gen_random_uuid(), 'order-payment', 1, h, s, c, '{}' FROM (VALUES ($1, 'running', 1), "
+            "($1, 'running', 1), ($1, 'compensating', 1), ($1, 'failed', 2), ($1, 'completed', 2), "
+            "('other', 'running', 1)) v(h, s, c)",
+            old_hash);
+        tx.commit();
+    }
+    const CliRun run = RunCli("upgrade-check " + old_file + " " + new_file + " --db '" + db.Url() + "' --json");
+    INFO(run.err);
+    CHECK(run.code == 1);  // the pair is unsafe
+    const auto counted = nlohmann::json::parse(run.out)["inFlight"];
+    CHECK(counted["sagas"] == 4);
+    const nlohmann::json expected = nlohmann::json::array(
+        {{{"step", "charge-payment"},
+          {"status", "compensating"},
+          {"sagas", 1},
+          {"handlers", {"payment: RefundPayment.v1", "order: CancelOrder.v1"}}},
+         {{"step", "charge-payment"},
+          {"status", "running"},
+          {"sagas", 2},
+          {"handlers", {"payment: ChargePayment.v1", "payment: RefundPayment.v1", "order: CancelOrder.v1"}}},
+         {{"step", "approve-order"}, {"status", "failed"}, {"sagas", 1}, {"handlers", {"order: ApproveOrder.v1"}}}});
+    CHECK(counted["byStep"] == expected);
+    const CliRun text = RunCli("upgrade-check " + old_file + " " + new_file + " --db '" + db.Url() + "'");
+    CHECK(text.out.find("instances of v1 (hash " + old_hash.substr(0, 12) + ") not finished: 4") != std::string::npos);
+    CHECK(text.out.find("2 running at 'charge-payment'; may still need payment: ChargePayment.v1, payment: "
+                        "RefundPayment.v1, order: CancelOrder.v1") != std::string::npos);
 }

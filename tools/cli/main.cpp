@@ -20,6 +20,8 @@
 #include "config/config.hpp"
 #include "core/definition_graph.hpp"
 #include "core/definition_loader.hpp"
+#include "core/explore.hpp"
+#include "core/upgrade_check.hpp"
 #include "core/version.hpp"
 #include "engine/engine.hpp"
 #include "engine/repository/retention.hpp"
@@ -62,6 +64,72 @@ int Validate(const std::vector<std::string>& files) {
         std::cerr << invalid << " of " << files.size() << " definition file(s) invalid\n";
     }
     return invalid == 0 ? 0 : kExitInvalid;
+}
+
+// `sagaflow explore FILE`: every failure path of the saga, checked (core/explore.hpp).
+int Explore(const std::string& file, int depth, bool json) {
+    const auto result = sagaflow::LoadDefinitionFile(file);
+    for (const auto& d : result.diagnostics) std::cerr << d.ToString() << "\n";
+    if (!result.definition) return kExitInvalid;
+    sagaflow::explore::Options options;
+    options.depth = depth;
+    const auto report = sagaflow::explore::Explore(*result.definition, options);
+    std::cout << (json ? report.Json().dump(2) + "\n" : report.Text());
+    return report.Ok() ? 0 : kExitInvalid;
+}
+
+// `sagaflow upgrade-check OLD NEW [--db URL]`: what NEW changes for OLD's running instances
+// (core/upgrade_check.hpp); with a database, how many there are at each step.
+int UpgradeCheck(const std::string& old_file, const std::string& new_file, const std::string& db_url, bool json) {
+    const auto old_result = sagaflow::LoadDefinitionFile(old_file);
+    const auto new_result = sagaflow::LoadDefinitionFile(new_file);
+    for (const auto* r : {&old_result, &new_result}) {
+        for (const auto& d : r->diagnostics) std::cerr << d.ToString() << "\n";
+    }
+    if (!old_result.definition || !new_result.definition) return kExitInvalid;
+    const auto& o = *old_result.definition;
+    const auto& n = *new_result.definition;
+    if (o.name != n.name) {
+        std::cerr << "sagaflow: error: " << old_file << " defines saga '" << o.name << "' and " << new_file
+                  << " defines '" << n.name << "'\nHint: compare two versions of one saga\n";
+        return kExitUsage;
+    }
+    const auto report = sagaflow::upgrade::Compare(o, n);
+    nlohmann::json out = report.Json();
+    std::string in_flight_text;
+    if (!db_url.empty()) {
+        pqxx::connection conn{db_url};
+        pqxx::read_transaction tx{conn};
+        nlohmann::json rows = nlohmann::json::array();
+        long long total = 0;
+        for (const auto& row :
+             tx.exec_params("SELECT current_step, status, count(*) FROM saga_instance WHERE saga_type = $1 AND "
+                            "definition_hash = $2 "
+                            "AND status IN ('running', 'compensating', 'failed') GROUP BY 1, 2 ORDER BY 1, 2",
+                            o.name,
+                            o.hash)) {
+            const auto step = row[0].as<std::size_t>();
+            const std::string status = row[1].as<std::string>();
+            const auto count = row[2].as<long long>();
+            total += count;
+            const std::string name = step < o.steps.size() ? o.steps[step].name : "?";
+            const auto handlers = sagaflow::upgrade::HandlersNeeded(o, step, status == "compensating");
+            rows.push_back({{"step", name}, {"status", status}, {"sagas", count}, {"handlers", handlers}});
+            std::string list;
+            for (const auto& h : handlers) list += (list.empty() ? "" : ", ") + h;
+            in_flight_text += fmt::format("  {} {} at '{}'; may still need {}\n", count, status, name, list);
+        }
+        out["inFlight"] = {{"sagas", total}, {"byStep", rows}};
+        in_flight_text =
+            fmt::format("instances of v{} (hash {}) not finished: {}\n", o.version, o.hash.substr(0, 12), total) +
+            in_flight_text;
+    }
+    if (json) {
+        std::cout << out.dump(2) << "\n";
+    } else {
+        std::cout << report.Text() << in_flight_text;
+    }
+    return report.Worst() == sagaflow::upgrade::Verdict::kUnsafe ? kExitInvalid : 0;
 }
 
 int Graph(const std::string& file, const std::string& format) {
@@ -484,6 +552,26 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"mermaid", "dot", "svg"}))
         ->capture_default_str();
 
+    std::string explore_file;
+    int explore_depth = 0;
+    bool explore_json = false;
+    auto* explore = app.add_subcommand(
+        "explore", "Drive the saga's state machine through every sequence of faults up to a depth and check it");
+    explore->add_option("FILE", explore_file, "YAML saga definition")->required()->check(CLI::ExistingFile);
+    explore->add_option("--depth", explore_depth, "the most events on a path (0: every step phase with two faults)")
+        ->check(CLI::Range(0, 1000))
+        ->capture_default_str();
+    explore->add_flag("--json", explore_json, "the report as JSON (sagas/explore.schema.json)");
+
+    std::string upgrade_old, upgrade_new, upgrade_db;
+    bool upgrade_json = false;
+    auto* upgrade = app.add_subcommand(
+        "upgrade-check", "What deploying NEW changes for OLD's running instances: safe, needs-both-handlers, unsafe");
+    upgrade->add_option("OLD", upgrade_old, "the running version's YAML")->required()->check(CLI::ExistingFile);
+    upgrade->add_option("NEW", upgrade_new, "the version to deploy")->required()->check(CLI::ExistingFile);
+    upgrade->add_option("--db", upgrade_db, "count OLD's unfinished instances by step in this database");
+    upgrade->add_flag("--json", upgrade_json, "the report as JSON (sagas/upgrade-check.schema.json)");
+
     std::string db_flag;
     std::string config_file;
     // --db and --config, for every subcommand that works on a database.
@@ -663,7 +751,9 @@ int main(int argc, char** argv) {
     }
     if (*validate) return Validate(validate_files);
     if (*graph) return Graph(graph_file, graph_format);
+    if (*explore) return Explore(explore_file, explore_depth, explore_json);
     try {
+        if (*upgrade) return UpgradeCheck(upgrade_old, upgrade_new, upgrade_db, upgrade_json);
         if (*check_config) {
             std::cout << (config_keys ? sagaflow::ConfigKeysMarkdown() : LoadConfig(check_file).Describe());
             return 0;
