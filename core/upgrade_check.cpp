@@ -34,6 +34,13 @@ void References(const nlohmann::json& tmpl, std::set<std::string>& out) {
     }
 }
 
+// What `a` has that `b` has not.
+std::set<std::string> Minus(const std::set<std::string>& a, const std::set<std::string>& b) {
+    std::set<std::string> out;
+    std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::inserter(out, out.end()));
+    return out;
+}
+
 std::string Join(const std::set<std::string>& items) {
     std::string out;
     for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
@@ -150,18 +157,8 @@ Report Compare(const SagaDefinition& o, const SagaDefinition& n) {
                 os.action.type + " -> " + ns.action.type + "; OLD's instances still send " + os.action.type +
                     ": keep its handler beside the new one until they have finished");
         } else {
-            std::set<std::string> added, removed;
             const auto old_fields = Fields(os.action.send), new_fields = Fields(ns.action.send);
-            std::set_difference(new_fields.begin(),
-                                new_fields.end(),
-                                old_fields.begin(),
-                                old_fields.end(),
-                                std::inserter(added, added.end()));
-            std::set_difference(old_fields.begin(),
-                                old_fields.end(),
-                                new_fields.begin(),
-                                new_fields.end(),
-                                std::inserter(removed, removed.end()));
+            const auto added = Minus(new_fields, old_fields), removed = Minus(old_fields, new_fields);
             if (!added.empty()) {
                 add("send-field-added",
                     os.name,
@@ -198,13 +195,7 @@ Report Compare(const SagaDefinition& o, const SagaDefinition& n) {
                     os.compensation->type + " -> " + ns.compensation->type + "; OLD's instances may still send " +
                         os.compensation->type + ": keep its handler until they have finished");
             } else {
-                const auto old_fields = Fields(os.compensation->send), new_fields = Fields(ns.compensation->send);
-                std::set<std::string> added;
-                std::set_difference(new_fields.begin(),
-                                    new_fields.end(),
-                                    old_fields.begin(),
-                                    old_fields.end(),
-                                    std::inserter(added, added.end()));
+                const auto added = Minus(Fields(ns.compensation->send), Fields(os.compensation->send));
                 if (!added.empty()) {
                     add("send-field-added",
                         os.name,
@@ -233,18 +224,17 @@ Report Compare(const SagaDefinition& o, const SagaDefinition& n) {
                     return Reads(path, "$.reply." + field) || Reads(path, "$.steps." + ns.name + ".reply." + field);
                 });
                 if (still) continue;
-                std::set<std::string> readers;
+                std::set<std::string> readers;  // OLD's commands that send $.data.<key> on
                 for (const auto& step : o.steps) {
-                    std::set<std::string> reads;
-                    References(step.action.send, reads);
-                    for (const auto& path : reads) {
-                        if (Reads(path, "$.data." + key)) readers.insert(step.action.type);
-                    }
-                    if (!step.compensation) continue;
-                    reads.clear();
-                    References(step.compensation->send, reads);
-                    for (const auto& path : reads) {
-                        if (Reads(path, "$.data." + key)) readers.insert(step.compensation->type);
+                    for (const auto* spec : {&step.action, step.compensation ? &*step.compensation : nullptr}) {
+                        if (spec == nullptr) continue;
+                        std::set<std::string> reads;
+                        References(spec->send, reads);
+                        if (std::any_of(reads.begin(), reads.end(), [&](const std::string& path) {
+                                return Reads(path, "$.data." + key);
+                            })) {
+                            readers.insert(spec->type);
+                        }
                     }
                 }
                 if (readers.empty()) continue;

@@ -57,14 +57,7 @@ std::set<std::string> Listed(int port, const std::string& query) {
 
 TEST_CASE("the console in a real browser: list and filters, a saga's steps and diagram, retry and cancel") {
     Rig rig;
-    // Holds back the answer to the action named after "hold-" in the item: that step stays in flight.
-    auto participant = rig.Participant([](const testing::ReceivedCommand& c) {
-        const std::string item = c.data.value("item", std::string());
-        if (c.phase == "action" && item.rfind("hold-" + c.step_name + "/", 0) == 0) {
-            return std::vector<testing::ScriptedReply>{};
-        }
-        return testing::Default(c);
-    });
+    auto participant = rig.Participant(testing::HoldOrDefault);  // "hold-<step>/..." stays in flight
     auto config = rig.Config();
     config.http.enabled = true;
     config.http.port = 0;

@@ -385,14 +385,7 @@ TEST_CASE("reading sagas, paging, operator retry, metrics and health") {
 
 TEST_CASE("cancel: the step in flight and the steps before it are compensated; past the pivot it is refused") {
     Rig rig;
-    // Holds back the answer to the action named after "hold-" in the item: that step stays in flight.
-    auto participant = rig.Participant([](const testing::ReceivedCommand& c) {
-        const std::string item = c.data.value("item", std::string());
-        if (c.phase == "action" && item.rfind("hold-" + c.step_name + "/", 0) == 0) {
-            return std::vector<testing::ScriptedReply>{};
-        }
-        return testing::Default(c);
-    });
+    auto participant = rig.Participant(testing::HoldOrDefault);  // "hold-<step>/..." stays in flight
     // Step timeouts far beyond the test: only the cancel can end the held step.
     auto engine = HttpEngine(rig, {}, 256, "5m");
     const int port = engine->HttpPort();
@@ -953,23 +946,38 @@ TEST_CASE("operator reads stay index walks as history grows: list pages and gaug
         if (params.empty()) {
             rows = tx.exec("EXPLAIN " + sql);
         } else {
-            rows = tx.exec_params("EXPLAIN " + sql, params[0], params[1], params[2], 51);
+            // status, type, cursor, limit, highest id, lowest id, keys (ListSagasStatement)
+            rows =
+                tx.exec_params("EXPLAIN " + sql, params[0], params[1], params[2], 51, params[3], params[4], params[5]);
         }
         for (const auto& row : rows) text += row[0].as<std::string>() + "\n";
         return text;
     };
     const std::string cursor = "00000000-0000-7000-8000-000000010000";
-    for (const auto& params : std::vector<std::vector<std::string>>{{"", "", ""},
-                                                                    {"completed", "", ""},
-                                                                    {"compensated", "", cursor},
-                                                                    {"", "bulk", ""},
-                                                                    {"", "", cursor},
-                                                                    {"failed", "", ""},
-                                                                    {"running", "", ""}}) {
+    // The console's filters: an id prefix or ages as id bounds, a key under every registered type.
+    const std::string low = "00000000-0000-7000-8000-000000001000", high = "00000000-0000-7000-8000-000000001fff";
+    for (const auto& params : std::vector<std::vector<std::string>>{{"", "", "", "", "", ""},
+                                                                    {"completed", "", "", "", "", ""},
+                                                                    {"compensated", "", cursor, "", "", ""},
+                                                                    {"", "bulk", "", "", "", ""},
+                                                                    {"", "", cursor, "", "", ""},
+                                                                    {"failed", "", "", "", "", ""},
+                                                                    {"running", "", "", "", "", ""},
+                                                                    {"", "", "", high, low, ""},
+                                                                    {"compensated", "", "", high, "", ""},
+                                                                    {"failed", "", "", "", low, ""},
+                                                                    {"", "", "", "", "", "key-7\x1fshop:key-7"},
+                                                                    {"", "bulk", "", "", "", "key-7"}}) {
         const auto text = plan(detail::ListSagasStatement(), params);
-        INFO(params[0] << "/" << params[1] << "/" << params[2] << "\n" << text);
-        CHECK(text.find("Sort") == std::string::npos);
-        CHECK(text.find("Seq Scan") == std::string::npos);
+        INFO(params[0] << "/" << params[1] << "/" << params[2] << "/" << params[3] << "/" << params[4] << "/"
+                       << params[5] << "\n"
+                       << text);
+        CHECK(text.find("Seq Scan on saga_instance") == std::string::npos);
+        if (params[5].empty()) {
+            CHECK(text.find("Sort") == std::string::npos);
+        } else {  // a key's sagas (one per type and client at most) come from its unique index, then are ordered
+            CHECK(text.find("Index Scan using saga_instance_saga_type_idempotency_key_key") != std::string::npos);
+        }
     }
     const auto gauges = plan(detail::OpenSagasStatement(), {});
     INFO(gauges);

@@ -115,6 +115,12 @@ std::vector<ScriptedReply> Default(const ReceivedCommand& command) {
     return {reply};
 }
 
+std::vector<ScriptedReply> HoldOrDefault(const ReceivedCommand& command) {
+    const std::string item = command.data.value("item", std::string());
+    if (command.phase == "action" && item.rfind("hold-" + command.step_name + "/", 0) == 0) return {};
+    return Default(command);
+}
+
 nlohmann::json Input(const std::string& fail_at, const std::string& mode, int n) {
     return {{"item", fail_at + "/" + mode + "/" + std::to_string(n)}, {"failAt", fail_at}, {"mode", mode}};
 }

@@ -52,6 +52,10 @@ struct Rig {
 // reservation the next steps use.
 std::vector<ScriptedReply> Default(const ReceivedCommand& command);
 
+// Default, except that the action named after "hold-" in the item ("hold-charge/...") gets no
+// answer: that step stays in flight (until its timeout, or a cancel).
+std::vector<ScriptedReply> HoldOrDefault(const ReceivedCommand& command);
+
 nlohmann::json Input(const std::string& fail_at, const std::string& mode, int n);
 
 // The step phases of a saga as the participant received them, first deliveries only.
