@@ -5,7 +5,7 @@
 //
 //   saga_bench DB_URL BROKERS --json OUT --cli SAGAFLOW --services-dir DIR --saga FILE
 //              [--seconds S] [--inflight N] [--warmup S] [--phases all|closed] [--pgbench PATH]
-//              [--consumer-property K=V]...
+//              [--consumer-property K=V]... [--databases shared|per-service]
 //
 // Closed loop first (N sagas kept in flight: the maximum), then open loop at 25 %, 50 % and 75 %
 // of that maximum (`--phases closed`: the closed loop only, e.g. 600 s for the flat-memory run).
@@ -53,7 +53,18 @@ struct Args {
     // and of both services (tuning experiments; recorded in the JSON).
     std::vector<std::string> consumer_properties;
     int warmup = 60;  // seconds of closed loop before measuring: the broker's JIT compiles meanwhile
+    // --databases per-service: the order and payment services each in a database of their own on the
+    // same server (as services are usually deployed), not in schemas of the engine's database.
+    bool service_databases = false;
 };
+
+// `url` naming database `name` instead (the path after the authority).
+std::string WithDatabase(const std::string& url, const std::string& name) {
+    const auto authority = url.find("://");
+    const auto slash = url.find('/', authority == std::string::npos ? 0 : authority + 3);
+    const auto query = url.find('?', slash);
+    return url.substr(0, slash) + "/" + name + (query == std::string::npos ? "" : url.substr(query));
+}
 
 struct Usage {
     double cpu_seconds = 0;
@@ -216,7 +227,11 @@ struct Phase {
 // in. From the tables' own timestamps: the engine's transaction start (dispatched_at) -> the
 // relay's acknowledgement (outbox.published_at) -> the participant's handling (applied_at) -> the
 // reply's acknowledgement -> the engine's transaction start on the reply (completed_at).
+// With --databases per-service the participants' tables are in other databases: no hops then.
+bool g_hops_readable = true;
+
 nlohmann::json Hops(pqxx::connection& conn, const std::string& prefix, double p99_ms) {
+    if (!g_hops_readable) return {{"unavailable", "the services run in databases of their own"}};
     pqxx::read_transaction tx{conn};
     const auto rows = tx.exec_params(
         "WITH s AS (SELECT saga_id, extract(epoch FROM updated_at - created_at) * 1000 AS ms FROM saga_instance "
@@ -337,6 +352,10 @@ int main(int argc, char** argv) {
             a.pgbench = v;
         else if (k == "--consumer-property")
             a.consumer_properties.push_back(v);
+        else if (k == "--databases") {  // shared (default) | per-service
+            a.service_databases = v == "per-service";
+            g_hops_readable = !a.service_databases;
+        }
     }
     std::cerr << "saga_bench: pgbench single-row inserts, 16 clients, 10 s ..." << std::endl;
     const double limit = PgbenchInserts(a);
@@ -357,8 +376,17 @@ int main(int argc, char** argv) {
     }
     ChildProcess engine_process{a.cli, engine_args, logs + "/engine.log"};
     auto order_args = common;
-    ChildProcess order{a.services + "/sagaflow-order-service", order_args, logs + "/order.log"};
     auto payment_args = common;
+    if (a.service_databases) {
+        pqxx::connection admin{a.db};
+        for (const char* name : {"bench_orders", "bench_payments"}) {
+            pqxx::nontransaction{admin}.exec(std::string("DROP DATABASE IF EXISTS ") + name);
+            pqxx::nontransaction{admin}.exec(std::string("CREATE DATABASE ") + name);
+        }
+        order_args[1] = WithDatabase(a.db, "bench_orders");
+        payment_args[1] = WithDatabase(a.db, "bench_payments");
+    }
+    ChildProcess order{a.services + "/sagaflow-order-service", order_args, logs + "/order.log"};
     payment_args.insert(payment_args.end(), {"--limit", "1000000"});
     ChildProcess payment{a.services + "/sagaflow-payment-service", payment_args, logs + "/payment.log"};
 
@@ -599,7 +627,8 @@ int main(int argc, char** argv) {
                            {"shared_buffers", tx.exec1("SHOW shared_buffers")[0].as<std::string>()},
                            {"checkpoints_during_phases", checkpoints},
                            {"acks", "all (enforced by the relay)"},
-                           {"consumer_properties", a.consumer_properties}};
+                           {"consumer_properties", a.consumer_properties},
+                           {"service_databases", a.service_databases}};
     }
     std::ofstream(a.json) << out.dump(2) << "\n";
     std::cout << out.dump(2) << std::endl;

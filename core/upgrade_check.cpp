@@ -224,14 +224,15 @@ Report Compare(const SagaDefinition& o, const SagaDefinition& n) {
                     return Reads(path, "$.reply." + field) || Reads(path, "$.steps." + ns.name + ".reply." + field);
                 });
                 if (still) continue;
-                std::set<std::string> readers;  // OLD's commands that send $.data.<key> on
+                const std::string saved = "$.data." + key;  // (clang 14 captures no structured binding)
+                std::set<std::string> readers;              // OLD's commands that send it on
                 for (const auto& step : o.steps) {
                     for (const auto* spec : {&step.action, step.compensation ? &*step.compensation : nullptr}) {
                         if (spec == nullptr) continue;
                         std::set<std::string> reads;
                         References(spec->send, reads);
                         if (std::any_of(reads.begin(), reads.end(), [&](const std::string& path) {
-                                return Reads(path, "$.data." + key);
+                                return Reads(path, saved);
                             })) {
                             readers.insert(spec->type);
                         }
