@@ -39,11 +39,11 @@ std::string Key(const SagaState& s) {
     return key;
 }
 
+// The step's position in the definition (SagaDefinition::FindStep's step).
 std::optional<std::size_t> IndexOf(const SagaDefinition& d, const std::string& name) {
-    for (std::size_t i = 0; i < d.steps.size(); ++i) {
-        if (d.steps[i].name == name) return i;
-    }
-    return std::nullopt;
+    const StepDefinition* step = d.FindStep(name);
+    if (step == nullptr) return std::nullopt;
+    return static_cast<std::size_t>(step - d.steps.data());
 }
 
 // A reply whose fields fill every `save` path of the step ("$.reply.a.b" gets "<step>.a.b").
