@@ -29,7 +29,7 @@ end=$(psql "$url" -Atc "SELECT pg_current_wal_lsn()")
 sagas=$(psql "$db" -Atc "SELECT count(*) FROM saga_instance")
 # Every record's type and first block's file, and which relation (and table, for an index) each
 # file is.
-psql "$db" -At -F'|' -c "SELECT resource_manager, record_type, coalesce(substring(block_ref from 'rel \d+/\d+/(\d+)'), '')
+psql "$db" -At -F'|' -c "SELECT resource_manager, record_type, coalesce(substring(block_ref from 'rel \d+/\d+/(\d+)'), ''), xid
     FROM pg_get_wal_records_info('$start', '$end')" >"$work/records"
 psql "$db" -At -F'|' -c "SELECT pg_relation_filenode(c.oid), n.nspname || '.' || c.relname,
     coalesce((SELECT tn.nspname || '.' || t.relname FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid
@@ -45,10 +45,15 @@ for line in open(f"{work}/relations"):
     relation[node], table[node] = name, owner
 by_table, by_relation, by_type = collections.Counter(), collections.Counter(), collections.Counter()
 by_table_type = collections.Counter()
+tables_of, commits = collections.defaultdict(set), []
 total = 0
 for line in open(f"{work}/records"):
-    rm, kind, node = line.rstrip("\n").split("|")
+    rm, kind, node, xid = line.rstrip("\n").split("|")
     owner = table.get(node, "(no relation)" if not node else "(other)")
+    if node:
+        tables_of[xid].add(owner)
+    if kind == "COMMIT":
+        commits.append(xid)
     if owner.startswith("public.bench_"):
         continue  # the benchmark's write-only reference, not sagaflow's work
     total += 1
@@ -68,6 +73,17 @@ for name, n in by_table.most_common():
 print("\nby record type:")
 for kind, n in by_type.most_common(15):
     print(f"  {n / sagas:7.2f}  {kind}")
+# Each commit record by the tables its transaction wrote (the bench_* reference's left out).
+by_writes = collections.Counter()
+for xid in commits:
+    written = tables_of.get(xid, set())
+    if any(t.startswith("public.bench_") for t in written):
+        continue
+    by_writes[" + ".join(sorted(written)) or "(nothing but the commit)"] += 1
+print(f"\ncommit records per saga: {sum(by_writes.values()) / sagas:.2f}, by the tables their transaction wrote:")
+for kind, n in by_writes.most_common(15):
+    if n / sagas >= 0.02:
+        print(f"  {n / sagas:7.2f}  {kind}")
 print("\nby table and record type (indexes included):")
 for (owner, kind), n in by_table_type.most_common(30):
     if n / sagas >= 0.2:

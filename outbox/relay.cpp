@@ -28,6 +28,13 @@ namespace {
 // key is the outbox's schema, so services that share a database on schemas of their own (the
 // example participants) each have a leader.
 constexpr int kRelayLock = 0x7366726c;
+// "sfwk": the wake lock, second key the schema's hashtext like the leader lock's. The leader holds
+// it exclusively while it may sleep; an inserting statement tries it shared and notifies only when
+// that fails (014_notify_only_a_sleeping_relay.sql).
+constexpr int kWakeLock = 0x7366776b;
+// How long taking the wake lock waits for the transactions in flight that added rows without
+// notifying; past it the relay claims again and retries.
+constexpr const char* kArmTimeout = "20ms";
 // Not a librdkafka code: the slot still waits for its delivery report.
 constexpr auto kPending = RD_KAFKA_RESP_ERR__BEGIN;
 // How long a delivered batch's mark waits, once the relay is idle, for a claim to ride with. Under
@@ -232,7 +239,11 @@ class Relay::Impl {
                       "WHERE id = $1 AND xmin = $4::xid AND published_at IS NULL");
         Wakeups wakeups;
         wakeups.schema = pqxx::nontransaction{*conn}.exec1("SELECT current_schema()")[0].as<std::string>();
-        NotifyReceiver listener{*conn, wakeups};
+        // Only the leader listens (a listening session is signalled at every notification of its
+        // database) and it holds the wake lock (`armed`) only while it may sleep: a busy relay
+        // claims again after every batch, and commits meanwhile notify nobody.
+        std::optional<NotifyReceiver> listener;
+        bool armed = false;
         std::chrono::steady_clock::time_point last_full_claim{};
         while (!stopping_.load()) {
             if (!leader_.load()) {
@@ -247,6 +258,7 @@ class Relay::Impl {
                     continue;
                 }
                 position_ = detail::ClaimPosition{row[1].as<long long>()};
+                listener.emplace(*conn, wakeups);
                 unmarked_ = {};
                 recorded_low_ = position_.floor;
                 spdlog::info("relay: publishing (leader lock taken)");
@@ -270,6 +282,21 @@ class Relay::Impl {
             if (full && position_.suspect && published < options_.batch_size) ClearSuspect(*conn);
             RecordLowWater(*conn, false);
             if (published >= options_.batch_size) continue;  // more may be waiting
+            if (!armed) {
+                // Unannounced rows may have committed while the batch was at the broker: claim
+                // again (the batch's mark rides with it). Once a claim finds nothing, take the wake
+                // lock, then claim once more before sleeping: a commit after that one notifies.
+                if (published > 0) continue;
+                armed = Arm(*conn);
+                continue;
+            }
+            if (published > 0 && (wakeups.highest > covered || wakeups.unreadable)) {
+                // Busy: rows were announced while this batch was at the broker. Stop the
+                // notifications and claim batch after batch until a claim finds nothing.
+                Disarm(*conn);
+                armed = false;
+                continue;
+            }
             // Idle: wait for a NOTIFY of a row this claim did not see, in slices so Stop() is seen
             // quickly. The batch's mark waits for it too (it rides with the next claim), but not
             // longer than kMarkDelay.
@@ -291,6 +318,25 @@ class Relay::Impl {
         pqxx::nontransaction tx{*conn};
         tx.exec("SELECT pg_advisory_unlock_all()");
         leader_ = false;
+    }
+
+    // Takes the wake lock, waiting at most kArmTimeout for the transactions in flight that added rows
+    // unannounced (they hold it shared). False when they did not end in time.
+    bool Arm(pqxx::connection& conn) {
+        try {
+            pqxx::nontransaction{conn}.exec(std::string("SELECT set_config('lock_timeout', '") + kArmTimeout +
+                                            "', true); SELECT pg_advisory_lock(" + std::to_string(kWakeLock) +
+                                            ", hashtext(current_schema()))");
+            return true;
+        } catch (const pqxx::sql_error& e) {
+            if (e.sqlstate() == "55P03") return false;  // lock_not_available: claim again, then retry
+            throw;
+        }
+    }
+
+    void Disarm(pqxx::connection& conn) {
+        pqxx::nontransaction{conn}.exec("SELECT pg_advisory_unlock(" + std::to_string(kWakeLock) +
+                                        ", hashtext(current_schema()))");
     }
 
     void EnsureProducer() {

@@ -8,9 +8,12 @@
 // every row, wait for every delivery report, mark the delivered rows `published_at` and the failed
 // ones `attempts`/`last_error`/`next_attempt_at` (one statement, or one transaction when some
 // failed) — each row only if it is still the version the claim read: a row re-armed meanwhile
-// keeps its new state and goes out again. With nothing to do it sleeps until a NOTIFY or the poll
-// interval. Stop() asks the thread to finish: in-flight deliveries get `drain_timeout`; what is not
-// acknowledged by then stays unpublished and is published again later with the same event id (the
+// keeps its new state and goes out again. While batches keep coming it claims again after each
+// one; once a claim finds nothing it takes the wake lock, claims once more and sleeps until a
+// NOTIFY or the poll interval. Only commits made while it holds the wake lock notify (the outbox
+// trigger tries the lock shared), so a busy relay, and the other listening sessions of its
+// database, are not woken at every commit. Stop() asks the thread to finish: in-flight deliveries get `drain_timeout`;
+// what is not acknowledged by then stays unpublished and is published again later with the same event id (the
 // consumers' inboxes drop the duplicate).
 //
 // Ordering: one relay publishes at a time (a session advisory lock; other relays stand by and take

@@ -16,9 +16,12 @@ void PrepareInbox(pqxx::connection_base& conn) {
     conn.prepare(kFirstTime,
                  "INSERT INTO processed_event (consumer_name, event_id) VALUES ($1, $2::uuid) "
                  "ON CONFLICT DO NOTHING RETURNING 1");
+    // Not ON CONFLICT: a speculative insert writes a second WAL record (its confirmation) for every
+    // row. The primary key still decides a race with a concurrent delivery (see InboxFreshIds).
     conn.prepare(kFreshIds,
-                 "INSERT INTO processed_event (consumer_name, event_id) SELECT $1, unnest($2::uuid[]) "
-                 "ON CONFLICT DO NOTHING RETURNING event_id::text");
+                 "INSERT INTO processed_event (consumer_name, event_id) SELECT $1, id FROM (SELECT DISTINCT "
+                 "unnest($2::uuid[]) AS id) u WHERE NOT EXISTS (SELECT FROM processed_event p WHERE "
+                 "p.consumer_name = $1 AND p.event_id = u.id) RETURNING event_id::text");
 }
 
 bool IsUuid(const std::string& text) {

@@ -1,9 +1,12 @@
 #pragma once
 // The inbox (rules R-DIST-IDEM-2): a consumer records each event id it processes in
-// `processed_event`, inside the same transaction as the event's effect. The insert is
-// `INSERT ... ON CONFLICT DO NOTHING RETURNING`, never SELECT-then-INSERT, so concurrent deliveries
-// of one id race safely: exactly one transaction gets the row back, the others see a duplicate
-// (and, if the first has not committed yet, wait for it on the primary key).
+// `processed_event`, inside the same transaction as the event's effect, and the primary key
+// (consumer, event id) decides: of concurrent deliveries of one id exactly one transaction records
+// it. InboxFirstTime is `INSERT ... ON CONFLICT DO NOTHING RETURNING`: the others see a duplicate
+// (waiting for the first on the key if it has not committed yet). InboxFreshIds, the consumers'
+// batch form, inserts the ids no committed row holds (no `ON CONFLICT`: it writes a second WAL
+// record per row); a concurrent delivery of one of them makes it throw pqxx::unique_violation, and
+// the caller retries, the consumer record by record through InboxFirstTime.
 
 #include <pqxx/connection_base>
 #include <pqxx/transaction_base>
@@ -19,7 +22,9 @@ void PrepareInbox(pqxx::connection_base& conn);
 bool InboxFirstTime(pqxx::transaction_base& tx, const std::string& consumer, const std::string& event_id);
 
 // The batch form: records every id in one statement and returns the ids seen for the first time
-// (in no particular order). An id repeated inside the batch counts once.
+// (in no particular order). An id repeated inside the batch counts once. Throws
+// pqxx::unique_violation (the transaction is then aborted) when a concurrent transaction recorded
+// one of the ids after this statement's snapshot.
 std::vector<std::string> InboxFreshIds(pqxx::transaction_base& tx,
                                        const std::string& consumer,
                                        const std::vector<std::string>& event_ids);

@@ -229,15 +229,22 @@ ArrayColumns NewStepColumns(const std::vector<NewStep>& steps) {
 // Common table expressions `v` (the new phases) and `step` (their step rows, RETURNING the command
 // event id of each row that was new), optionally only `if` a condition holds. A step row is the
 // dedup key of its phase: the outbox row goes in only with a new step row (joined on `step`), in
-// the order the decisions were made (the relay keeps each key's order by id).
+// the order the decisions were made (the relay keeps each key's order by id). A phase that has a
+// row already, or comes twice in `v`, is left out by a lookup, not by `ON CONFLICT` (which writes a
+// second WAL record, the speculative insert's confirmation, for every row): the saga's lock
+// serialises its writers, so no concurrent insert of the phase can come between the lookup and
+// the insert, and if one ever did the primary key would refuse it and the transaction would roll
+// back whole.
 std::string NewStepsSql(ArrayStatement& statement, const ArrayColumns& steps, const std::string& condition = "") {
     return "v AS (SELECT * FROM " + statement.Unnest(steps, "u", true) +
            "), "
            "step AS (INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
            "deadline_at) SELECT saga_id, step_name, phase, 'dispatched', 1, event_id, "
-           "clock_timestamp() + timeout_ms * interval '1 millisecond' FROM v " +
-           (condition.empty() ? "" : "WHERE " + condition + " ") +
-           "ORDER BY n ON CONFLICT DO NOTHING RETURNING command_event_id)";
+           "clock_timestamp() + timeout_ms * interval '1 millisecond' FROM v WHERE " +
+           (condition.empty() ? "" : condition + " AND ") +
+           "NOT EXISTS (SELECT FROM saga_step s WHERE s.saga_id = v.saga_id AND s.step_name = v.step_name AND "
+           "s.phase = v.phase) AND NOT EXISTS (SELECT FROM v w WHERE w.saga_id = v.saga_id AND w.step_name = "
+           "v.step_name AND w.phase = v.phase AND w.n < v.n) ORDER BY n RETURNING command_event_id)";
 }
 
 }  // namespace

@@ -216,6 +216,64 @@ TEST_CASE("a row that commits late and a re-armed row go out before the later ro
     CHECK(testing::AuditEventStream(records).changed_duplicates == 0);
 }
 
+TEST_CASE("only a sleeping relay is notified, and a commit that raced its sleep is not left waiting") {
+    // The poll interval is a minute: within the test only a notification, or the relay's own
+    // claim before it sleeps, can publish a row.
+    ScratchDatabase db;
+    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+    const std::string topic = UniqueName("relay-wake");
+    testing::CreateTopic(KafkaBrokers(), topic, 1);
+    auto options = RelayFor(db.Url());
+    options.poll_interval = std::chrono::seconds(60);
+    const auto unpublished = [&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL"); };
+    // The relay's wake lock (0x7366776b, the schema's hashtext), held exclusively while it may sleep
+    // (in this database: other tests' relays run on the same server).
+    const auto armed = [&] {
+        return Count(db.Url(),
+                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1936095083 AND "
+                     "objid = hashtext('public')::oid AND mode = 'ExclusiveLock' AND granted AND database = "
+                     "(SELECT oid FROM pg_database WHERE datname = current_database())") == 1;
+    };
+    // A writer in flight before the relay starts: the wake lock is free, so its trigger takes it
+    // shared and its commit will not notify. The relay's first claims cannot see the row.
+    pqxx::connection writer_conn{db.Url()};
+    pqxx::work writer{writer_conn};
+    outbox::Enqueue(writer, topic, "raced", TestEvent({{"seq", 0}}));
+    CHECK(writer
+              .exec1("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1936095083 AND "
+                     "mode = 'ShareLock' AND pid = pg_backend_pid()")[0]
+              .as<int>() == 1);
+    outbox::Relay relay{options};
+    relay.Start();
+    REQUIRE(WaitFor([&] { return relay.IsLeader(); }, std::chrono::seconds(30)));
+    // It cannot take the wake lock while the writer holds it: it claims again and retries.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    CHECK_FALSE(armed());
+    writer.commit();
+    auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    REQUIRE(WaitFor(armed, std::chrono::seconds(5)));
+
+    // Asleep with the wake lock: a commit notifies and wakes it.
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        outbox::Enqueue(tx, topic, "woken", TestEvent({{"seq", 0}}));
+        CHECK(tx.exec1("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1936095083 AND "
+                       "pid = pg_backend_pid()")[0]
+                  .as<int>() == 0);  // the shared try failed: this commit notifies
+        tx.commit();
+    }
+    t0 = std::chrono::steady_clock::now();
+    REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    relay.Stop();
+    CHECK_FALSE(armed());  // the session's locks go with it
+    const auto records = testing::ReadTopic(KafkaBrokers(), topic, 2, std::chrono::seconds(60));
+    CHECK(records.size() == 2);
+}
+
 TEST_CASE(
     "the relay's mark leaves a row re-armed after its claim due, whether the re-arm committed before or during it") {
     // The relay holds no row locks while the broker acknowledges: its mark applies only to the row

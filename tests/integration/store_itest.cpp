@@ -201,6 +201,59 @@ TEST_CASE("batched inbox returns exactly the fresh ids; consumers are independen
     }
 }
 
+TEST_CASE("batched inbox under concurrent deliveries: each id recorded and applied once, a lost race is an error") {
+    // Consumers that overlap (a rebalance) deliver the same ids at once. InboxFreshIds lets the
+    // primary key decide: the loser's statement throws unique_violation and, as the consumer does,
+    // retries its batch id by id through InboxFirstTime.
+    ScratchDatabase db;
+    MigrateBlocking(db.Url(), BuiltinMigrations());
+    constexpr int kEvents = 200;
+    constexpr int kThreads = 8;
+    std::vector<std::string> ids;
+    for (int i = 0; i < kEvents; ++i) ids.push_back(sagaflow::outbox::NewUuidV7());
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        tx.exec("CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL DEFAULT 0)");
+        for (const auto& id : ids) tx.exec_params("INSERT INTO effect (event_id) VALUES ($1)", id);
+        tx.commit();
+    }
+    std::atomic<int> lost_races{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            pqxx::connection conn{db.Url()};
+            PrepareInbox(conn);
+            auto order = ids;
+            std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<unsigned long>(t)));
+            const auto apply = [](pqxx::work& tx, const std::string& id) {
+                tx.exec_params("UPDATE effect SET applied = applied + 1 WHERE event_id = $1", id);
+            };
+            for (std::size_t at = 0; at < order.size(); at += 10) {
+                const std::vector<std::string> batch(order.begin() + static_cast<long>(at),
+                                                     order.begin() + static_cast<long>(at + 10));
+                try {
+                    pqxx::work tx{conn};
+                    for (const auto& id : InboxFreshIds(tx, "race-batch", batch)) apply(tx, id);
+                    tx.commit();
+                } catch (const pqxx::unique_violation&) {
+                    ++lost_races;
+                    for (const auto& id : batch) {
+                        pqxx::work tx{conn};
+                        if (InboxFirstTime(tx, "race-batch", id)) apply(tx, id);
+                        tx.commit();
+                    }
+                }
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied = 1") == kEvents);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied <> 1") == 0);
+    CHECK(Count(db.Url(), "SELECT count(*) FROM processed_event WHERE consumer_name = 'race-batch'") == kEvents);
+    MESSAGE("batches that lost a race and went id by id: " << lost_races.load());
+}
+
 TEST_CASE("array parameters arrive as the values sent, whatever their characters") {
     ScratchDatabase db;
     pqxx::connection conn{db.Url()};
