@@ -239,9 +239,9 @@ class Relay::Impl {
                       "WHERE id = $1 AND xmin = $4::xid AND published_at IS NULL");
         Wakeups wakeups;
         wakeups.schema = pqxx::nontransaction{*conn}.exec1("SELECT current_schema()")[0].as<std::string>();
-        // Only the leader listens (a listening session is signalled at every notification of its
-        // database) and it holds the wake lock (`armed`) only while it may sleep: a busy relay
-        // claims again after every batch, and commits meanwhile notify nobody.
+        // The leader listens and holds the wake lock (`armed`) only while it may sleep (a listening
+        // session is signalled at every notification of its database, whatever the channel): a
+        // busy relay claims again after every batch, and commits meanwhile notify nobody.
         std::optional<NotifyReceiver> listener;
         bool armed = false;
         std::chrono::steady_clock::time_point last_full_claim{};
@@ -258,7 +258,8 @@ class Relay::Impl {
                     continue;
                 }
                 position_ = detail::ClaimPosition{row[1].as<long long>()};
-                listener.emplace(*conn, wakeups);
+                listener.emplace(*conn, wakeups);  // dispatches what arrives; listening is Arm's
+                pqxx::nontransaction{*conn}.exec("UNLISTEN sagaflow_outbox");
                 unmarked_ = {};
                 recorded_low_ = position_.floor;
                 spdlog::info("relay: publishing (leader lock taken)");
@@ -290,6 +291,7 @@ class Relay::Impl {
                 armed = Arm(*conn);
                 continue;
             }
+            if (published > 0) conn->get_notifs();  // those that came while the batch was at the broker
             if (published > 0 && (wakeups.highest > covered || wakeups.unreadable)) {
                 // Busy: rows were announced while this batch was at the broker. Stop the
                 // notifications and claim batch after batch until a claim finds nothing.
@@ -321,12 +323,14 @@ class Relay::Impl {
     }
 
     // Takes the wake lock, waiting at most kArmTimeout for the transactions in flight that added rows
-    // unannounced (they hold it shared). False when they did not end in time.
+    // unannounced (they hold it shared), and listens. False when they did not end in time.
     bool Arm(pqxx::connection& conn) {
         try {
+            // One transaction: the LISTEN takes effect when it commits, before the next claim's
+            // snapshot; a commit that notified before that is seen by the claim.
             pqxx::nontransaction{conn}.exec(std::string("SELECT set_config('lock_timeout', '") + kArmTimeout +
-                                            "', true); SELECT pg_advisory_lock(" + std::to_string(kWakeLock) +
-                                            ", hashtext(current_schema()))");
+                                            "', true); LISTEN sagaflow_outbox; SELECT pg_advisory_lock(" +
+                                            std::to_string(kWakeLock) + ", hashtext(current_schema()))");
             return true;
         } catch (const pqxx::sql_error& e) {
             if (e.sqlstate() == "55P03") return false;  // lock_not_available: claim again, then retry
@@ -336,7 +340,7 @@ class Relay::Impl {
 
     void Disarm(pqxx::connection& conn) {
         pqxx::nontransaction{conn}.exec("SELECT pg_advisory_unlock(" + std::to_string(kWakeLock) +
-                                        ", hashtext(current_schema()))");
+                                        ", hashtext(current_schema())); UNLISTEN sagaflow_outbox");
     }
 
     void EnsureProducer() {
