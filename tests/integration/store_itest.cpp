@@ -133,39 +133,60 @@ TEST_CASE("concurrent migrators end with one applied set") {
     CHECK(Count(db.Url(), "SELECT count(*) FROM sagaflow_migration") == kBuiltin);
 }
 
+namespace {
+
+// `count` new event ids, each with a row in a new table `effect` that counts its applications.
+std::vector<std::string> EffectRows(const std::string& url, int count) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < count; ++i) ids.push_back(sagaflow::outbox::NewUuidV7());
+    pqxx::connection conn{url};
+    pqxx::work tx{conn};
+    tx.exec("CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL DEFAULT 0)");
+    for (const auto& id : ids) tx.exec_params("INSERT INTO effect (event_id) VALUES ($1)", id);
+    tx.commit();
+    return ids;
+}
+
+void ApplyEffect(pqxx::work& tx, const std::string& id) {
+    tx.exec_params("UPDATE effect SET applied = applied + 1 WHERE event_id = $1", id);
+}
+
+// Runs `threads` deliverers at once, each on a connection of its own with the ids in an order of
+// its own, and waits for them.
+template <typename Deliver>
+void RaceDeliveries(const std::string& url, int threads, const std::vector<std::string>& ids, Deliver deliver) {
+    std::vector<std::thread> running;
+    for (int t = 0; t < threads; ++t) {
+        running.emplace_back([&, t] {
+            pqxx::connection conn{url};
+            PrepareInbox(conn);
+            auto order = ids;
+            std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<unsigned long>(t)));
+            deliver(conn, order);
+        });
+    }
+    for (auto& t : running) t.join();
+}
+
+}  // namespace
+
 TEST_CASE("inbox race: 16 threads deliver the same 1,000 ids; every effect happens exactly once") {
     ScratchDatabase db;
     MigrateBlocking(db.Url(), BuiltinMigrations());
     constexpr int kEvents = 1000;
     constexpr int kThreads = 16;
-    std::vector<std::string> ids;
-    for (int i = 0; i < kEvents; ++i) ids.push_back(sagaflow::outbox::NewUuidV7());
-    {
-        pqxx::connection conn{db.Url()};
-        pqxx::work tx{conn};
-        tx.exec("CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL DEFAULT 0)");
-        for (const auto& id : ids) tx.exec_params("INSERT INTO effect (event_id) VALUES ($1)", id);
-        tx.commit();
-    }
+    const std::vector<std::string> ids = EffectRows(db.Url(), kEvents);
     std::atomic<int> first_times{0};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-        threads.emplace_back([&, t] {
-            pqxx::connection conn{db.Url()};
-            PrepareInbox(conn);
-            auto order = ids;
-            std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<unsigned long>(t)));
-            for (const auto& id : order) {
-                pqxx::work tx{conn};
-                if (InboxFirstTime(tx, "race-consumer", id)) {
-                    tx.exec_params("UPDATE effect SET applied = applied + 1 WHERE event_id = $1", id);
-                    ++first_times;
-                }
-                tx.commit();
+    RaceDeliveries(db.Url(), kThreads, ids, [&](pqxx::connection& conn, const std::vector<std::string>& order) {
+        for (const auto& id : order) {
+            pqxx::work tx{conn};
+            if (InboxFirstTime(tx, "race-consumer", id)) {
+                ApplyEffect(tx, id);
+                ++first_times;
             }
-        });
-    }
-    for (auto& t : threads) t.join();
+            tx.commit();
+        }
+    });
     CHECK(first_times.load() == kEvents);
     CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied = 1") == kEvents);
     CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied <> 1") == 0);
@@ -209,45 +230,26 @@ TEST_CASE("batched inbox under concurrent deliveries: each id recorded and appli
     MigrateBlocking(db.Url(), BuiltinMigrations());
     constexpr int kEvents = 200;
     constexpr int kThreads = 8;
-    std::vector<std::string> ids;
-    for (int i = 0; i < kEvents; ++i) ids.push_back(sagaflow::outbox::NewUuidV7());
-    {
-        pqxx::connection conn{db.Url()};
-        pqxx::work tx{conn};
-        tx.exec("CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL DEFAULT 0)");
-        for (const auto& id : ids) tx.exec_params("INSERT INTO effect (event_id) VALUES ($1)", id);
-        tx.commit();
-    }
+    const std::vector<std::string> ids = EffectRows(db.Url(), kEvents);
     std::atomic<int> lost_races{0};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-        threads.emplace_back([&, t] {
-            pqxx::connection conn{db.Url()};
-            PrepareInbox(conn);
-            auto order = ids;
-            std::shuffle(order.begin(), order.end(), std::mt19937_64(static_cast<unsigned long>(t)));
-            const auto apply = [](pqxx::work& tx, const std::string& id) {
-                tx.exec_params("UPDATE effect SET applied = applied + 1 WHERE event_id = $1", id);
-            };
-            for (std::size_t at = 0; at < order.size(); at += 10) {
-                const std::vector<std::string> batch(order.begin() + static_cast<long>(at),
-                                                     order.begin() + static_cast<long>(at + 10));
-                try {
+    RaceDeliveries(db.Url(), kThreads, ids, [&](pqxx::connection& conn, const std::vector<std::string>& order) {
+        for (std::size_t at = 0; at < order.size(); at += 10) {
+            const std::vector<std::string> batch(order.begin() + static_cast<long>(at),
+                                                 order.begin() + static_cast<long>(at + 10));
+            try {
+                pqxx::work tx{conn};
+                for (const auto& id : InboxFreshIds(tx, "race-batch", batch)) ApplyEffect(tx, id);
+                tx.commit();
+            } catch (const pqxx::unique_violation&) {
+                ++lost_races;
+                for (const auto& id : batch) {
                     pqxx::work tx{conn};
-                    for (const auto& id : InboxFreshIds(tx, "race-batch", batch)) apply(tx, id);
+                    if (InboxFirstTime(tx, "race-batch", id)) ApplyEffect(tx, id);
                     tx.commit();
-                } catch (const pqxx::unique_violation&) {
-                    ++lost_races;
-                    for (const auto& id : batch) {
-                        pqxx::work tx{conn};
-                        if (InboxFirstTime(tx, "race-batch", id)) apply(tx, id);
-                        tx.commit();
-                    }
                 }
             }
-        });
-    }
-    for (auto& t : threads) t.join();
+        }
+    });
     CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied = 1") == kEvents);
     CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied <> 1") == 0);
     CHECK(Count(db.Url(), "SELECT count(*) FROM processed_event WHERE consumer_name = 'race-batch'") == kEvents);
