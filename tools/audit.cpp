@@ -124,7 +124,7 @@ AuditCheck DispatchOnce(pqxx::transaction_base& tx) {
         "count(DISTINCT event_id) || ' events' FROM outbox WHERE topic LIKE '%.commands' AND payload ? 'stepname' "
         "GROUP BY message_key, payload->>'stepname', payload->>'phase' HAVING count(DISTINCT event_id) > 1 "
         "UNION ALL SELECT saga_id::text, 'step ' || step_name || ' ' || phase || ' has ' || count(*) || ' dispatch "
-        "entries' FROM saga_event WHERE kind = 'dispatched' GROUP BY saga_id, step_name, phase HAVING count(*) > 1 "
+        "entries' FROM saga_timeline WHERE kind = 'dispatched' GROUP BY saga_id, step_name, phase HAVING count(*) > 1 "
         "UNION ALL SELECT s.saga_id::text, 'step ' || s.step_name || ' ' || s.phase || ' has no outbox row' FROM "
         "saga_step s WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = s.command_event_id) AND "
         // The sweeper deletes a command's row a TTL (at least store::kMinTtl) after its step ended.
@@ -140,13 +140,14 @@ AuditCheck ApplyOnce(pqxx::transaction_base& tx, const std::vector<std::string>&
                      "each reply and each command is applied at most once, with its inbox record in the same commit",
                      0,
                      {}};
-    Collect(tx,
-            apply,
-            "SELECT saga_id::text, 'reply ' || event_id || ' applied ' || count(*) || ' times' FROM saga_event WHERE "
-            "kind = 'reply' GROUP BY saga_id, event_id HAVING count(*) > 1 "
-            "UNION ALL SELECT e.saga_id::text, 'reply ' || e.event_id || ' applied without an inbox record' FROM "
-            "saga_event e WHERE e.kind = 'reply' AND NOT EXISTS (SELECT 1 FROM processed_event p WHERE p.event_id = "
-            "e.event_id)");
+    Collect(
+        tx,
+        apply,
+        "SELECT saga_id::text, 'reply ' || event_id || ' applied ' || count(*) || ' times' FROM saga_timeline WHERE "
+        "kind = 'reply' GROUP BY saga_id, event_id HAVING count(*) > 1 "
+        "UNION ALL SELECT e.saga_id::text, 'reply ' || e.event_id || ' applied without an inbox record' FROM "
+        "saga_timeline e WHERE e.kind = 'reply' AND NOT EXISTS (SELECT 1 FROM processed_event p WHERE p.event_id = "
+        "e.event_id)");
     for (const auto& schema : participant_schemas) {
         Collect(tx,
                 apply,

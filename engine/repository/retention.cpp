@@ -62,7 +62,7 @@ PruneReport PruneHistory(pqxx::connection& conn,
         const auto row = tx.exec_params1(
             "WITH v AS (SELECT saga_id FROM saga_instance WHERE status IN (" + in_list +
                 ") AND updated_at < $1::timestamptz) SELECT (SELECT count(*) FROM v), (SELECT count(*) FROM "
-                "saga_step s JOIN v USING (saga_id)), (SELECT count(*) FROM saga_event e JOIN v USING (saga_id)), "
+                "saga_step s JOIN v USING (saga_id)), (SELECT count(*) FROM saga_timeline e JOIN v USING (saga_id)), "
                 "(SELECT count(*) FROM saga_event WHERE saga_id IS NULL AND at < $1::timestamptz)",
             cutoff);
         report.sagas = row[0].as<long long>();
@@ -80,10 +80,12 @@ PruneReport PruneHistory(pqxx::connection& conn,
         "$3::timestamptz AND updated_at < $3::timestamptz AND pg_try_advisory_xact_lock(" +
         std::string(detail::kSagaLockKeySql) +
         ") ORDER BY created_at LIMIT $4 FOR UPDATE SKIP LOCKED), "
-        "events AS (DELETE FROM saga_event e USING victims v WHERE e.saga_id = v.saga_id RETURNING 1), "
+        "events AS (DELETE FROM saga_event e USING victims v WHERE e.saga_id = v.saga_id "
+        "RETURNING 1 + coalesce(jsonb_array_length(e.later), 0) AS entries), "
         "steps AS (DELETE FROM saga_step s USING victims v WHERE s.saga_id = v.saga_id RETURNING 1), "
         "sagas AS (DELETE FROM saga_instance i USING victims v WHERE i.saga_id = v.saga_id RETURNING 1) "
-        "SELECT (SELECT count(*) FROM sagas), (SELECT count(*) FROM steps), (SELECT count(*) FROM events)";
+        "SELECT (SELECT count(*) FROM sagas), (SELECT count(*) FROM steps), (SELECT coalesce(sum(entries), 0) FROM "
+        "events)";
     for (const auto& type : types) {
         for (const auto& status : statuses) {
             for (;;) {

@@ -76,7 +76,7 @@ std::optional<SagaView> ReadSagaView(pqxx::transaction_base& tx, const std::stri
     for (const auto& e : tx.exec_params("SELECT " + Rfc3339("at") +
                                             ", kind, coalesce(step_name, ''), coalesce(phase, ''), "
                                             "coalesce(attempt, 0), coalesce(event_id::text, ''), detail::text "
-                                            "FROM saga_event WHERE saga_id = $1::uuid ORDER BY id",
+                                            "FROM saga_timeline WHERE saga_id = $1::uuid ORDER BY id, seq",
                                         saga_id)) {
         view.timeline.push_back({Text(e[0]),
                                  Text(e[1]),

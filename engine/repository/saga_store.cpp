@@ -206,6 +206,20 @@ std::vector<ArrayColumns::Value> TimelineValues(const TimelineRow& row) {
             row.detail.is_null() ? std::string("{}") : row.detail.dump()};
 }
 
+// Inserts the timeline entries of `entries` (a relation with saga_id, TimelineColumns() and the
+// order `n`): one saga_event row per saga, its first entry in the row's columns and the rest, in
+// order, in `later` (015: one row instead of one per entry, two WAL records fewer for each entry
+// after the first). Entries without a saga keep a row each.
+std::string InsertTimelineSql(const std::string& entries) {
+    return "INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail, later) "
+           "SELECT saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb, "
+           "CASE WHEN saga_id IS NOT NULL THEN later END FROM (SELECT t.*, row_number() OVER w AS seq, "
+           "jsonb_agg(jsonb_strip_nulls(jsonb_build_object('kind', kind, 'step_name', step_name, 'phase', phase, "
+           "'attempt', attempt, 'event_id', event_id, 'detail', detail::jsonb))) OVER (w ROWS BETWEEN 1 FOLLOWING "
+           "AND UNBOUNDED FOLLOWING) AS later FROM (" +
+           entries + ") t WINDOW w AS (PARTITION BY saga_id ORDER BY n)) f WHERE seq = 1 OR saga_id IS NULL ORDER BY n";
+}
+
 // New step phases with their commands' outbox rows, for NewStepsSql.
 template <typename NewStep>
 ArrayColumns NewStepColumns(const std::vector<NewStep>& steps) {
@@ -308,10 +322,10 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
     sql += NewStepsSql(statement, NewStepColumns(new_steps_));
     sql += ", dispatch AS (" + outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
            " RETURNING event_id), "
-           "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
-           "SELECT saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM " +
-           statement.Unnest(timeline, "e", true) +
-           " WHERE NOT e.if_dispatched OR e.event_id IN (SELECT event_id FROM dispatch) ORDER BY n), "
+           "timeline AS (" +
+           InsertTimelineSql("SELECT * FROM " + statement.Unnest(timeline, "e", true) +
+                             " WHERE NOT e.if_dispatched OR e.event_id IN (SELECT event_id FROM dispatch)") +
+           "), "
            "saga AS (UPDATE saga_instance s SET status = r.status, current_step = r.current_step, "
            "data = r.data::jsonb, parked_reason = r.parked_reason, updated_at = clock_timestamp(), "
            "version = s.version + 1 FROM " +
@@ -372,9 +386,8 @@ bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) 
         "interval '1 millisecond', clock_timestamp(), 1 FROM " +
         statement.Unnest(saga_row, "u") +
         " ON CONFLICT (saga_type, idempotency_key) DO NOTHING RETURNING saga_id), "
-        "timeline AS (INSERT INTO saga_event (saga_id, kind, step_name, phase, attempt, event_id, detail) "
-        "SELECT saga.saga_id, kind, step_name, phase, attempt, event_id, detail::jsonb FROM saga, " +
-        statement.Unnest(timeline, "e", true) + " ORDER BY n), ";
+        "timeline AS (" +
+        InsertTimelineSql("SELECT saga.saga_id, e.* FROM saga, " + statement.Unnest(timeline, "e", true)) + "), ";
     sql += NewStepsSql(statement, NewStepColumns(new_steps_), "EXISTS (SELECT FROM saga)");
     sql += ", dispatch AS (" + outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
            " RETURNING 1) SELECT count(*) FROM saga";

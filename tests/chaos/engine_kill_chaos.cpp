@@ -80,7 +80,7 @@ void CheckExactlyOnce(const Rig& rig,
     CHECK(tx.exec1("SELECT count(*) FROM (SELECT 1 FROM outbox GROUP BY message_key, payload->>'stepname', "
                    "payload->>'phase' HAVING count(*) > 1) d")[0]
               .as<long long>() == 0);
-    CHECK(tx.exec1("SELECT count(*) FROM (SELECT 1 FROM saga_event WHERE kind = 'dispatched' GROUP BY saga_id, "
+    CHECK(tx.exec1("SELECT count(*) FROM (SELECT 1 FROM saga_timeline WHERE kind = 'dispatched' GROUP BY saga_id, "
                    "step_name, phase HAVING count(*) > 1) d")[0]
               .as<long long>() == 0);
     CHECK(tx.exec1("SELECT count(*) FROM outbox WHERE published_at IS NULL")[0].as<long long>() == 0);
@@ -110,7 +110,7 @@ TEST_CASE("the engine killed with SIGKILL mid-saga 20 times: every saga ends, ev
     // it has started, so a coarser wait overshoots the kill point to after the round's end.
     pqxx::connection watch{rig.db.Url()};
     const auto events = [&] {
-        return pqxx::nontransaction{watch}.exec1("SELECT count(*) FROM saga_event")[0].as<long long>();
+        return pqxx::nontransaction{watch}.exec1("SELECT count(*) FROM saga_timeline")[0].as<long long>();
     };
     int kills = 0;
     int mid_saga = 0;  // kills with sagas open

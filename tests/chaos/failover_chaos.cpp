@@ -233,9 +233,9 @@ TEST_CASE("fail-over: engines and replicas killed, the broker halted, PostgreSQL
         number("SELECT count(*) FROM saga_instance WHERE status = 'completed' AND (input->>'amount')::numeric > 500");
     const double keys_twice =
         number("SELECT count(*) FROM (SELECT 1 FROM saga_instance GROUP BY idempotency_key HAVING count(*) > 1) d");
-    const double timeouts = number("SELECT count(*) FROM saga_event WHERE kind = 'timeout'");
-    const double waits = number("SELECT count(*) FROM saga_event WHERE kind = 'waiting-for-participant'");
-    const double resends = number("SELECT count(*) FROM saga_event WHERE kind = 'resent'");
+    const double timeouts = number("SELECT count(*) FROM saga_timeline WHERE kind = 'timeout'");
+    const double waits = number("SELECT count(*) FROM saga_timeline WHERE kind = 'waiting-for-participant'");
+    const double resends = number("SELECT count(*) FROM saga_timeline WHERE kind = 'resent'");
     // Publication delay of each outbox: overall, and for rows published once, outside the broker
     // halt and the PostgreSQL restart (rows written then cannot be published, or marked, before
     // those end). A row published more than once — a resend, or a participant answering a
@@ -280,7 +280,7 @@ TEST_CASE("fail-over: engines and replicas killed, the broker halted, PostgreSQL
     }
     std::map<std::string, std::pair<double, double>> stalls;  // longest gap overall, outside those windows
     for (const auto& [name, times] : std::map<std::string, std::string>{
-             {"engines (replies)", "SELECT at AS t FROM saga_event WHERE kind = 'reply'"},
+             {"engines (replies)", "SELECT at AS t FROM saga_timeline WHERE kind = 'reply'"},
              {"order service", "SELECT applied_at AS t FROM orders.participant_step"},
              {"payment service", "SELECT applied_at AS t FROM payments.participant_step"}}) {
         const std::string gaps =

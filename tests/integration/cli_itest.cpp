@@ -84,8 +84,11 @@ std::string AddSaga(
             step);
     }
     tx.exec_params(
-        "INSERT INTO saga_event (saga_id, kind, at) SELECT $1::uuid, 'k', now() - make_interval(days => $2) "
-        "FROM generate_series(1, 3)",
+        // Three entries in two rows: the second row holds two (015's `later`), as a reply and the
+        // dispatch after it are written.
+        "INSERT INTO saga_event (saga_id, kind, at, later) SELECT $1::uuid, 'k', now() - make_interval(days => $2), "
+        "CASE WHEN i = 2 THEN '[{\"kind\": \"dispatched\", \"step_name\": \"s\"}]'::jsonb END "
+        "FROM generate_series(1, 2) i",
         id,
         ended_days);
     tx.commit();
@@ -115,7 +118,7 @@ TEST_CASE(
     const auto all_rows = [&] {
         return Count(url,
                      "SELECT (SELECT count(*) FROM saga_instance) + (SELECT count(*) FROM saga_step) + "
-                     "(SELECT count(*) FROM saga_event)");
+                     "(SELECT count(*) FROM saga_timeline)");
     };
     REQUIRE(all_rows() == 7 * 6 + 2);
 

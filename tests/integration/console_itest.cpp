@@ -165,10 +165,10 @@ TEST_CASE("the console in a real browser: list and filters, a saga's steps and d
         // What the browser's actions did, in the database.
         const std::string parked = sagas["parked"].get<std::string>(), held = sagas["held"].get<std::string>();
         CHECK(Count(rig.db.Url(),
-                    "SELECT count(*) FROM saga_event WHERE saga_id = '" + parked + "' AND kind = 'operator-retry'") ==
-              1);
+                    "SELECT count(*) FROM saga_timeline WHERE saga_id = '" + parked +
+                        "' AND kind = 'operator-retry'") == 1);
         CHECK(Count(rig.db.Url(),
-                    "SELECT count(*) FROM saga_event WHERE saga_id = '" + held +
+                    "SELECT count(*) FROM saga_timeline WHERE saga_id = '" + held +
                         "' AND kind = 'cancelled' AND detail->>'reason' = 'customer called <b>support</b> (by "
                         "operator-console)'") == 1);
         CHECK(WaitFor(

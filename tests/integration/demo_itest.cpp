@@ -119,7 +119,8 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
     // service was busy with the first delivery, and it completed with one charge.
     const auto slow_row = tx.exec1(
         "SELECT s.status, (SELECT count(*) FROM payments.payment p WHERE p.saga_id = s.saga_id), (SELECT count(*) "
-        "FROM saga_event e WHERE e.saga_id = s.saga_id AND e.kind = 'timeout'), (SELECT count(*) FROM saga_event e "
+        "FROM saga_timeline e WHERE e.saga_id = s.saga_id AND e.kind = 'timeout'), (SELECT count(*) FROM saga_timeline "
+        "e "
         "WHERE e.saga_id = s.saga_id AND e.kind = 'waiting-for-participant') FROM saga_instance s WHERE "
         "s.input->>'orderId' LIKE '%-slow'");
     CHECK(slow_row[0].as<std::string>() == "completed");
@@ -128,7 +129,7 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
     CHECK(slow_row[3].as<long long>() >= 1);
     const auto cancelled = tx.exec1(
         "SELECT s.status, (SELECT count(*) FROM payments.payment p WHERE p.saga_id = s.saga_id), (SELECT count(*) "
-        "FROM payments.refund r WHERE r.saga_id = s.saga_id), (SELECT count(*) FROM saga_event e WHERE e.saga_id = "
+        "FROM payments.refund r WHERE r.saga_id = s.saga_id), (SELECT count(*) FROM saga_timeline e WHERE e.saga_id = "
         "s.saga_id AND e.kind = 'cancelled') FROM saga_instance s WHERE s.input->>'orderId' LIKE '%-cancelled'");
     CHECK(cancelled[0].as<std::string>() == "compensated");
     CHECK(cancelled[1].as<long long>() == 1);

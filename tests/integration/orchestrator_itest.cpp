@@ -68,10 +68,36 @@ TEST_CASE("happy path: every step once, in order, data saved and rendered, every
               std::vector<std::string>{"reserve:action", "charge:action", "confirm:action", "notify:action"});
         REQUIRE(saga->steps.size() == 4);
         for (const auto& step : saga->steps) CHECK(step.status == sagaflow::StepPhaseStatus::kSucceeded);
-        CHECK(saga->timeline.front().kind == "started");
-        CHECK(saga->timeline.back().kind == "finished");
+        // Every entry, in order, with what it names (a reply and the next dispatch share a row).
+        std::vector<std::string> timeline;
+        for (const auto& e : saga->timeline) {
+            timeline.push_back(e.kind + (e.step_name.empty() ? "" : " " + e.step_name) +
+                               (e.attempt > 0 ? " " + std::to_string(e.attempt) : ""));
+        }
+        CHECK(timeline == std::vector<std::string>{"started",
+                                                   "dispatched reserve 1",
+                                                   "reply reserve 1",
+                                                   "dispatched charge 1",
+                                                   "reply charge 1",
+                                                   "dispatched confirm 1",
+                                                   "reply confirm 1",
+                                                   "dispatched notify 1",
+                                                   "reply notify 1",
+                                                   "finished"});
+        for (const auto& e : saga->timeline) {
+            if (e.kind == "dispatched") {
+                CHECK(Count(rig.db.Url(),
+                            "SELECT count(*) FROM saga_step WHERE saga_id = '" + ids[n] + "' AND step_name = '" +
+                                e.step_name + "' AND phase = 'action' AND command_event_id = '" + e.event_id + "'") ==
+                      1);
+                CHECK(e.detail.contains("type"));
+            }
+        }
         CHECK(saga->timeline.back().detail["status"] == "completed");
     }
+    // One timeline row per saga per transaction: the start, three replies each with the next
+    // dispatch, the last reply with the finish.
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_event") == 20 * 5);
     // The saved reservation reached the next command through its template.
     for (const auto& c : received) {
         if (c.step_name == "charge") CHECK(c.data["reservation"] == "r-" + c.data["item"].get<std::string>());
@@ -266,7 +292,7 @@ TEST_CASE("every reply delivered three times changes nothing") {
     // with the reason; 2 extra answers for each of the 5 odd sagas' step phases.
     CHECK(metrics.replies_ignored == 2 * (3 * 4 + 2 * 3));
     CHECK(Count(rig.db.Url(),
-                "SELECT count(*) FROM saga_event WHERE kind = 'ignored' AND (detail->>'reason' LIKE '%is already "
+                "SELECT count(*) FROM saga_timeline WHERE kind = 'ignored' AND (detail->>'reason' LIKE '%is already "
                 "answered' OR detail->>'reason' LIKE 'the saga is already %')") ==
           static_cast<long long>(metrics.replies_ignored));
     engine.Stop();
@@ -307,10 +333,10 @@ TEST_CASE("a lost command times out and is resent with the same event id; stray 
     produce(outbox::NewUuidV7(), "success", "");
     produce(id, "maybe", "");
     produce(id, "success", outbox::NewUuidV7());
-    CHECK(WaitFor([&] { return Count(rig.db.Url(), "SELECT count(*) FROM saga_event WHERE kind = 'ignored'") == 3; },
+    CHECK(WaitFor([&] { return Count(rig.db.Url(), "SELECT count(*) FROM saga_timeline WHERE kind = 'ignored'") == 3; },
                   std::chrono::seconds(30)));
     // Only the reply to an unknown saga belongs to none; a bad outcome is in its saga's timeline.
-    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_event WHERE kind = 'ignored' AND saga_id IS NULL") == 1);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_timeline WHERE kind = 'ignored' AND saga_id IS NULL") == 1);
     const auto timeline = engine.GetSaga(id)->timeline;
     CHECK(std::count_if(timeline.begin(), timeline.end(), [](const sagaflow::TimelineEntry& entry) {
               return entry.kind == "ignored" &&
@@ -361,7 +387,7 @@ TEST_CASE("a saga's deadline cancels it before its point of no return, and no lo
     REQUIRE(WaitFor(
         [&] {
             return Count(rig.db.Url(),
-                         "SELECT count(*) FROM saga_event WHERE kind = 'deadline-passed' AND saga_id = '" + late +
+                         "SELECT count(*) FROM saga_timeline WHERE kind = 'deadline-passed' AND saga_id = '" + late +
                              "'") == 1;
         },
         std::chrono::seconds(30)));
@@ -374,7 +400,7 @@ TEST_CASE("a saga's deadline cancels it before its point of no return, and no lo
     CHECK(engine->GetSaga(quick)->status == sagaflow::SagaStatus::kCompleted);
     std::this_thread::sleep_for(std::chrono::seconds(1));
     CHECK(Count(rig.db.Url(),
-                "SELECT count(*) FROM saga_event WHERE saga_id = '" + quick +
+                "SELECT count(*) FROM saga_timeline WHERE saga_id = '" + quick +
                     "' AND kind IN ('cancelled', 'deadline-passed')") == 0);
     CHECK(engine->Metrics().sagas_cancelled == 1);
     engine->Stop();

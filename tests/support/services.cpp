@@ -90,7 +90,7 @@ long long SagaRowCount(const std::string& url, const std::string& saga_id) {
     return Count(url,
                  "SELECT (SELECT count(*) FROM saga_instance WHERE saga_id = '" + saga_id +
                      "') + (SELECT count(*) FROM saga_step WHERE saga_id = '" + saga_id +
-                     "') + (SELECT count(*) FROM saga_event WHERE saga_id = '" + saga_id + "')");
+                     "') + (SELECT count(*) FROM saga_timeline WHERE saga_id = '" + saga_id + "')");
 }
 
 void Execute(const std::string& url, const std::string& sql) {

@@ -44,7 +44,7 @@ void CreateTopic(const std::string& brokers, const std::string& topic, int parti
 // The single number `sql` returns, read on a connection of its own.
 long long Count(const std::string& url, const std::string& sql);
 
-// How many rows saga `saga_id` has in saga_instance, saga_step and saga_event together.
+// How many rows saga `saga_id` has in saga_instance and saga_step, and entries in its timeline, together.
 long long SagaRowCount(const std::string& url, const std::string& saga_id);
 
 // Runs `sql` in a transaction of its own and commits (test setup: DDL, damage, repairs).

@@ -166,8 +166,8 @@ void ShowTimeline(pqxx::connection& conn, const Planned& shown) {
     pqxx::read_transaction tx{conn};
     for (const auto& row : tx.exec_params(
              "SELECT round(extract(epoch FROM at - min(at) OVER ()) * 1000)::bigint, kind, coalesce(step_name, ''), "
-             "coalesce(phase, ''), coalesce(attempt::text, ''), detail::text FROM saga_event WHERE saga_id = "
-             "$1::uuid ORDER BY id",
+             "coalesce(phase, ''), coalesce(attempt::text, ''), detail::text FROM saga_timeline WHERE saga_id = "
+             "$1::uuid ORDER BY id, seq",
              shown.saga_id)) {
         std::cout << fmt::format("  {:>7} ms  {:<16} {:<15} {:<13} {:>2}  {}\n",
                                  row[0].as<long long>(),
