@@ -73,8 +73,8 @@ PruneReport PruneHistory(pqxx::connection& conn,
     }
     // Per (type, status): a range of the (saga_type, status, created_at) index (a saga that ended
     // before the cutoff was created before it). The timeline and the steps go in the same
-    // statement as their saga (the steps would also go by the foreign key's cascade; deleted here
-    // they are counted).
+    // statement as their saga (no foreign key cascades since 013), counted: steps by row, the
+    // timeline by entry (a row holds its `later` entries too).
     const std::string sql =
         "WITH victims AS (SELECT saga_id FROM saga_instance WHERE saga_type = $1 AND status = $2 AND created_at < "
         "$3::timestamptz AND updated_at < $3::timestamptz AND pg_try_advisory_xact_lock(" +
