@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A/B of the saga benchmark in one sitting: two release build trees (e.g. a worktree of the
 # commit before a change, and this one), alternating, against one private PostgreSQL (2 GB of
-# shared buffers, as bench/run) and one private broker, a fresh database per run.
+# shared buffers and commit timestamps, as bench/run) and one private broker, a fresh database per run.
 #   bench/saga_ab.sh BEFORE_BUILD AFTER_BUILD [ROUNDS] [saga_bench options...]
 # e.g. git worktree add /tmp/before REV && (cd /tmp/before && cmake --preset release &&
 #      cmake --build --preset release --target saga_bench sagaflow sagaflow-order-service
@@ -22,7 +22,7 @@ cli_of() { [[ -x "$1/tools/cli/sagaflow" ]] && echo "$1/tools/cli/sagaflow" || e
 state=$(mktemp -d)/pg kstate=$(mktemp -d)/kafka
 url=$(scripts/pg start "$state")
 trap 'scripts/pg stop "$state"; [[ -z "${kstarted:-}" ]] || scripts/kafka/run stop "$kstate"' EXIT
-psql "$url" -qc "ALTER SYSTEM SET shared_buffers = '2GB'"
+psql "$url" -qc "ALTER SYSTEM SET shared_buffers = '2GB'" -c "ALTER SYSTEM SET track_commit_timestamp = on"
 scripts/pg restart "$state" >/dev/null
 url=$(scripts/pg url "$state")
 brokers=$(scripts/kafka/run start "$kstate" --probe "$after/tests/sagaflow_kafka_probe")

@@ -36,6 +36,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "engine/engine.hpp"
+#include "outbox/detail/rdkafka.hpp"
 #include "store/prepared.hpp"
 #include "tools/child_process.hpp"
 
@@ -222,46 +223,182 @@ struct Phase {
     nlohmann::json hops;  // where a saga's time went: all sagas against the slowest 1 %
 };
 
-// Per saga, the time its commands and replies spent in each hop (ms, summed over its steps), as
-// means over all the phase's sagas and over those at or above its p99: which hop the tail waits
-// in. From the tables' own timestamps: the engine's transaction start (dispatched_at) -> the
-// relay's acknowledgement (outbox.published_at) -> the participant's handling (applied_at) -> the
-// reply's acknowledgement -> the engine's transaction start on the reply (completed_at).
+// When the relays handed each record to their producers: the records' own timestamps
+// (CreateTime, set by librdkafka at the produce call), read back after a phase from the offsets the
+// topics had before it, so reading them costs the phase nothing. They split a hop into the relay
+// (commit -> produce) and the delivery (produce -> the consumer's transaction start); both clocks
+// are this machine's.
+class RecordTimes {
+  public:
+    explicit RecordTimes(const std::string& brokers) {
+        namespace kd = sagaflow::outbox::detail;
+        client_ = kd::MakeClient(RD_KAFKA_CONSUMER,
+                                 kd::MakeConf({{"bootstrap.servers", brokers},
+                                               {"group.id", "saga-bench-record-times"},
+                                               {"enable.auto.commit", "false"},
+                                               {"enable.partition.eof", "true"},
+                                               {"log_level", "3"}}));
+        const rd_kafka_metadata_t* metadata = nullptr;
+        if (rd_kafka_metadata(client_.get(), 1, nullptr, &metadata, 10000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            throw std::runtime_error("saga_bench: cannot read the broker's topics");
+        }
+        for (int t = 0; t < metadata->topic_cnt; ++t) {
+            const std::string topic = metadata->topics[t].topic;
+            if (topic.starts_with("__") || topic.ends_with(".dlq")) continue;
+            for (int p = 0; p < metadata->topics[t].partition_cnt; ++p) ends_[{topic, p}] = 0;
+        }
+        rd_kafka_metadata_destroy(metadata);
+    }
+    using Offsets = std::map<std::pair<std::string, std::int32_t>, std::int64_t>;
+    // Every partition's end now.
+    Offsets Ends() {
+        for (auto& [partition, end] : ends_) {
+            std::int64_t low = 0;
+            rd_kafka_query_watermark_offsets(
+                client_.get(), partition.first.c_str(), partition.second, &low, &end, 10000);
+        }
+        return ends_;
+    }
+    // The records from `from` to the ends now into the session's temporary table bench_record.
+    void Load(pqxx::connection& conn, const Offsets& from) {
+        namespace kd = sagaflow::outbox::detail;
+        const Offsets to = Ends();
+        kd::TopicPartitionListPtr list{rd_kafka_topic_partition_list_new(static_cast<int>(from.size()))};
+        std::size_t open = 0;
+        for (const auto& [partition, offset] : from) {
+            if (to.at(partition) <= offset) continue;
+            rd_kafka_topic_partition_list_add(list.get(), partition.first.c_str(), partition.second)->offset = offset;
+            ++open;
+        }
+        std::vector<std::string> ids;
+        std::vector<double> produced_ms;
+        std::set<std::pair<std::string, std::int32_t>> done;
+        rd_kafka_assign(client_.get(), list.get());
+        const auto deadline = Clock::now() + std::chrono::seconds(60);
+        while (open > 0 && Clock::now() < deadline) {
+            kd::MessagePtr message{rd_kafka_consumer_poll(client_.get(), 1000)};
+            if (!message) continue;
+            const std::pair<std::string, std::int32_t> partition{rd_kafka_topic_name(message->rkt), message->partition};
+            if ((message->err == RD_KAFKA_RESP_ERR__PARTITION_EOF || message->offset + 1 >= to.at(partition)) &&
+                done.insert(partition).second) {
+                --open;
+            }
+            if (message->err != RD_KAFKA_RESP_ERR_NO_ERROR || message->offset >= to.at(partition)) continue;
+            rd_kafka_timestamp_type_t type;
+            const std::int64_t at = rd_kafka_message_timestamp(message.get(), &type);
+            for (const auto& [name, value] : kd::MessageHeaders(message.get())) {
+                if (name == "sagaflow-event-id" && type == RD_KAFKA_TIMESTAMP_CREATE_TIME) {
+                    ids.push_back(value);
+                    produced_ms.push_back(static_cast<double>(at));
+                }
+            }
+        }
+        rd_kafka_assign(client_.get(), nullptr);
+        pqxx::work tx{conn};
+        tx.exec("CREATE TEMP TABLE IF NOT EXISTS bench_record (event_id uuid, produced_at timestamptz)");
+        tx.exec("TRUNCATE bench_record");
+        for (std::size_t i = 0; i < ids.size(); i += 10000) {
+            const std::size_t n = std::min<std::size_t>(10000, ids.size() - i);
+            std::string at = "{";
+            for (std::size_t k = i; k < i + n; ++k) at += (k == i ? "" : ",") + std::to_string(produced_ms[k]);
+            tx.exec_params(
+                "INSERT INTO bench_record SELECT unnest($1::uuid[]), to_timestamp(unnest($2::float8[]) / 1000)",
+                sagaflow::store::UuidArray(std::vector<std::string>(ids.begin() + static_cast<long>(i),
+                                                                    ids.begin() + static_cast<long>(i + n))),
+                at + "}");
+        }
+        tx.exec("ANALYZE bench_record");
+        tx.commit();
+    }
+
+  private:
+    sagaflow::outbox::detail::ClientPtr client_;
+    Offsets ends_;
+};
+
+// Per saga, where its time went (ms, summed over its steps), as means over all the phase's sagas and
+// over those at or above its p99: which part the tail waits in. Every boundary is a clock of the
+// database that decided it — a transaction's start (`now()`, stored by the inbox as
+// processed_event.processed_at) and its commit (`pg_xact_commit_timestamp` of a row it inserted,
+// so bench/run turns on track_commit_timestamp):
+//   start_tx:       the saga's start, to its commit (which holds the first dispatch)
+//   command_hop:    a dispatch's commit -> the participant's transaction start (the relay's claim and
+//                   produce, the broker, the participant's consumer and the batch before)
+//   participant_tx: the participant's transaction (inbox, step row, reply in its outbox, commit)
+//   reply_hop:      its commit -> the engine's transaction start on the reply
+//   engine_tx:      the engine's transaction on the reply (the next dispatch or the end, commit)
+// In the open phases each hop splits in two by the record's timestamp (RecordTimes): the relay
+// (command_relay, reply_relay: the commit -> the produce call) and the delivery (command_delivery,
+// reply_delivery: the produce call -> the consumer's transaction start).
+// Also: how the slowest 1 % spread over time (the share of them that started within the phase's
+// worst second), which tells one stall from a tail every second shares.
 // With --databases per-service the participants' tables are in other databases: no hops then.
 bool g_hops_readable = true;
 
 nlohmann::json Hops(pqxx::connection& conn, const std::string& prefix, double p99_ms) {
     if (!g_hops_readable) return {{"unavailable", "the services run in databases of their own"}};
     pqxx::read_transaction tx{conn};
+    if (tx.exec1("SHOW track_commit_timestamp")[0].as<std::string>() != "on") {
+        return {{"unavailable", "the server does not track commit timestamps (track_commit_timestamp = on)"}};
+    }
     const auto rows = tx.exec_params(
-        "WITH s AS (SELECT saga_id, extract(epoch FROM updated_at - created_at) * 1000 AS ms FROM saga_instance "
-        "  WHERE idempotency_key LIKE $1 AND status IN ('completed', 'compensated', 'failed')), "
-        "p AS (SELECT saga_id, step_name, phase, applied_at, reply_event_id FROM orders.participant_step "
-        "  UNION ALL SELECT saga_id, step_name, phase, applied_at, reply_event_id FROM payments.participant_step), "
-        "r AS (SELECT event_id, published_at FROM orders.outbox UNION ALL "
-        "  SELECT event_id, published_at FROM payments.outbox), "
-        "h AS (SELECT s.saga_id, s.ms, "
-        "  sum(extract(epoch FROM o.published_at - st.dispatched_at)) * 1000 AS command_relay, "
-        "  sum(extract(epoch FROM p.applied_at - o.published_at)) * 1000 AS command_delivery, "
-        "  sum(extract(epoch FROM r.published_at - p.applied_at)) * 1000 AS reply_relay, "
-        "  sum(extract(epoch FROM st.completed_at - r.published_at)) * 1000 AS reply_delivery "
-        "  FROM s JOIN saga_step st USING (saga_id) JOIN outbox o ON o.event_id = st.command_event_id "
-        "  JOIN p ON p.saga_id = st.saga_id AND p.step_name = st.step_name AND p.phase = st.phase "
-        "  JOIN r ON r.event_id = p.reply_event_id GROUP BY s.saga_id, s.ms) "
-        "SELECT g, count(*), avg(ms), avg(command_relay), avg(command_delivery), avg(reply_relay), "
-        "avg(reply_delivery) FROM (SELECT 'all' AS g, * FROM h UNION ALL SELECT 'p99', * FROM h WHERE ms >= $2) x "
-        "GROUP BY g ORDER BY g",
+        "WITH s AS (SELECT saga_id, created_at, extract(epoch FROM updated_at - created_at) * 1000 AS ms "
+        "  FROM saga_instance WHERE idempotency_key LIKE $1 AND status IN ('completed', 'compensated', 'failed')), "
+        "d AS (SELECT st.saga_id, st.step_name, st.phase, st.command_event_id, "
+        "  pg_xact_commit_timestamp(e.xmin) AS committed FROM s JOIN saga_step st USING (saga_id) "
+        "  JOIN saga_timeline t ON t.event_id = st.command_event_id AND t.kind = 'dispatched' "
+        "  JOIN saga_event e ON e.id = t.id), "
+        "i AS (SELECT event_id, processed_at, pg_xact_commit_timestamp(xmin) AS committed FROM orders.processed_event "
+        "  UNION ALL SELECT event_id, processed_at, pg_xact_commit_timestamp(xmin) FROM payments.processed_event), "
+        "p AS (SELECT saga_id, step_name, phase, reply_event_id FROM orders.participant_step "
+        "  UNION ALL SELECT saga_id, step_name, phase, reply_event_id FROM payments.participant_step), "
+        "h AS (SELECT d.saga_id, min(d.committed) AS first_dispatch, "
+        "  sum(extract(epoch FROM i.processed_at - d.committed)) * 1000 AS command_hop, "
+        "  sum(extract(epoch FROM i.committed - i.processed_at)) * 1000 AS participant_tx, "
+        "  sum(extract(epoch FROM r.processed_at - i.committed)) * 1000 AS reply_hop, "
+        "  sum(extract(epoch FROM pg_xact_commit_timestamp(r.xmin) - r.processed_at)) * 1000 AS engine_tx, "
+        "  sum(extract(epoch FROM c.produced_at - d.committed)) * 1000 AS command_relay, "
+        "  sum(extract(epoch FROM i.processed_at - c.produced_at)) * 1000 AS command_delivery, "
+        "  sum(extract(epoch FROM y.produced_at - i.committed)) * 1000 AS reply_relay, "
+        "  sum(extract(epoch FROM r.processed_at - y.produced_at)) * 1000 AS reply_delivery, "
+        "  count(c.produced_at) + count(y.produced_at) AS records, count(*) * 2 AS messages "
+        "  FROM d JOIN i ON i.event_id = d.command_event_id "
+        "  JOIN p ON p.saga_id = d.saga_id AND p.step_name = d.step_name AND p.phase = d.phase "
+        "  JOIN processed_event r ON r.event_id = p.reply_event_id "
+        "  LEFT JOIN bench_record c ON c.event_id = d.command_event_id "
+        "  LEFT JOIN bench_record y ON y.event_id = p.reply_event_id GROUP BY d.saga_id), "
+        "f AS (SELECT s.created_at, s.ms, extract(epoch FROM h.first_dispatch - s.created_at) * 1000 AS start_tx, "
+        "  h.command_hop, h.participant_tx, h.reply_hop, h.engine_tx, h.command_relay, h.command_delivery, "
+        "  h.reply_relay, h.reply_delivery, h.records, h.messages FROM s JOIN h USING (saga_id)), "
+        "g AS (SELECT 'all' AS g, * FROM f UNION ALL SELECT 'p99', * FROM f WHERE ms >= $2) "
+        "SELECT g, count(*), avg(ms), avg(start_tx), avg(command_hop), avg(participant_tx), avg(reply_hop), "
+        "avg(engine_tx), (SELECT max(n) FROM (SELECT count(*) AS n FROM g g2 WHERE g2.g = g.g "
+        "  GROUP BY date_trunc('second', created_at)) w), avg(command_relay), avg(command_delivery), "
+        "avg(reply_relay), avg(reply_delivery), sum(records)::float8 / sum(messages) FROM g GROUP BY g ORDER BY g",
         prefix + "%",
         p99_ms);
     nlohmann::json hops = nlohmann::json::object();
     for (const auto& row : rows) {
         const auto ms = [&](int i) { return row[i].is_null() ? 0.0 : std::round(row[i].as<double>() * 10) / 10; };
-        hops[row[0].as<std::string>()] = {{"sagas", row[1].as<long long>()},
-                                          {"total_ms", ms(2)},
-                                          {"command_relay_ms", ms(3)},
-                                          {"command_delivery_ms", ms(4)},
-                                          {"reply_relay_ms", ms(5)},
-                                          {"reply_delivery_ms", ms(6)}};
+        const auto sagas = row[1].as<long long>();
+        hops[row[0].as<std::string>()] = {
+            {"sagas", sagas},
+            {"total_ms", ms(2)},
+            {"start_tx_ms", ms(3)},
+            {"command_hop_ms", ms(4)},
+            {"participant_tx_ms", ms(5)},
+            {"reply_hop_ms", ms(6)},
+            {"engine_tx_ms", ms(7)},
+            {"share_in_worst_second",
+             std::round(row[8].as<double>() / static_cast<double>(std::max(1LL, sagas)) * 100) / 100}};
+        // The split by the records' timestamps, where they were read (RecordTimes) for every message.
+        if (!row[13].is_null() && row[13].as<double>() == 1.0) {
+            auto& phase = hops[row[0].as<std::string>()];
+            phase["command_relay_ms"] = ms(9);
+            phase["command_delivery_ms"] = ms(10);
+            phase["reply_relay_ms"] = ms(11);
+            phase["reply_delivery_ms"] = ms(12);
+        }
     }
     return hops;
 }
@@ -401,6 +538,8 @@ int main(int argc, char** argv) {
     front.RegisterDefinitionFile(a.saga);
     front.Start();
     pqxx::connection conn{a.db};
+    // Where the open phases' record timestamps go (RecordTimes): created before anything is measured.
+    pqxx::nontransaction{conn}.exec("CREATE TEMP TABLE bench_record (event_id uuid, produced_at timestamptz)");
 
     // Starts run on 8 threads, so the driver is never the bottleneck (a start is one transaction).
     std::atomic<int> serial{0};
@@ -550,11 +689,13 @@ int main(int argc, char** argv) {
     const int closed_completed = phases[0].started;
 
     // Open loop at fractions of the maximum.
+    RecordTimes records{a.brokers};
     for (const double fraction : a.closed_only ? std::vector<double>{} : std::vector<double>{0.25, 0.5, 0.75}) {
         Phase p;
         p.offered_rate = std::max(1.0, phases[0].completed_per_second * fraction);
         p.name = "open-" + std::to_string(static_cast<int>(fraction * 100)) + "%";
         const std::string prefix = "open" + std::to_string(static_cast<int>(fraction * 100)) + "-";
+        const auto from = records.Ends();
         const auto t0 = Clock::now();
         const auto end = t0 + std::chrono::seconds(a.seconds);
         while (Clock::now() < end) {
@@ -571,6 +712,7 @@ int main(int argc, char** argv) {
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
         }
         p.completed_per_second = static_cast<double>(Terminal(conn, prefix)) / p.seconds;
+        records.Load(conn, from);
         Latencies(conn, prefix, p);
         phases.push_back(p);
         std::cerr << "saga_bench: " << p.name << " offered " << p.offered_rate << "/s, p99 " << p.p99_ms << " ms"
@@ -625,6 +767,7 @@ int main(int argc, char** argv) {
                            {"synchronous_commit", tx.exec1("SHOW synchronous_commit")[0].as<std::string>()},
                            {"max_wal_size", tx.exec1("SHOW max_wal_size")[0].as<std::string>()},
                            {"shared_buffers", tx.exec1("SHOW shared_buffers")[0].as<std::string>()},
+                           {"track_commit_timestamp", tx.exec1("SHOW track_commit_timestamp")[0].as<std::string>()},
                            {"checkpoints_during_phases", checkpoints},
                            {"acks", "all (enforced by the relay)"},
                            {"consumer_properties", a.consumer_properties},
