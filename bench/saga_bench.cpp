@@ -26,6 +26,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <pqxx/pqxx>
 #include <set>
 #include <sstream>
@@ -259,7 +260,8 @@ class RecordTimes {
         }
         return ends_;
     }
-    // The records from `from` to the ends now into the session's temporary table bench_record.
+    // The records from `from` to the ends now into the session's temporary table bench_record
+    // (created by main before anything is measured).
     void Load(pqxx::connection& conn, const Offsets& from) {
         namespace kd = sagaflow::outbox::detail;
         const Offsets to = Ends();
@@ -270,8 +272,7 @@ class RecordTimes {
             rd_kafka_topic_partition_list_add(list.get(), partition.first.c_str(), partition.second)->offset = offset;
             ++open;
         }
-        std::vector<std::string> ids;
-        std::vector<double> produced_ms;
+        std::vector<std::optional<std::string>> ids, produced_ms;
         std::set<std::pair<std::string, std::int32_t>> done;
         rd_kafka_assign(client_.get(), list.get());
         const auto deadline = Clock::now() + std::chrono::seconds(60);
@@ -288,25 +289,18 @@ class RecordTimes {
             const std::int64_t at = rd_kafka_message_timestamp(message.get(), &type);
             for (const auto& [name, value] : kd::MessageHeaders(message.get())) {
                 if (name == "sagaflow-event-id" && type == RD_KAFKA_TIMESTAMP_CREATE_TIME) {
-                    ids.push_back(value);
-                    produced_ms.push_back(static_cast<double>(at));
+                    ids.emplace_back(value);
+                    produced_ms.emplace_back(std::to_string(at));
                 }
             }
         }
         rd_kafka_assign(client_.get(), nullptr);
         pqxx::work tx{conn};
-        tx.exec("CREATE TEMP TABLE IF NOT EXISTS bench_record (event_id uuid, produced_at timestamptz)");
         tx.exec("TRUNCATE bench_record");
-        for (std::size_t i = 0; i < ids.size(); i += 10000) {
-            const std::size_t n = std::min<std::size_t>(10000, ids.size() - i);
-            std::string at = "{";
-            for (std::size_t k = i; k < i + n; ++k) at += (k == i ? "" : ",") + std::to_string(produced_ms[k]);
-            tx.exec_params(
-                "INSERT INTO bench_record SELECT unnest($1::uuid[]), to_timestamp(unnest($2::float8[]) / 1000)",
-                sagaflow::store::UuidArray(std::vector<std::string>(ids.begin() + static_cast<long>(i),
-                                                                    ids.begin() + static_cast<long>(i + n))),
-                at + "}");
-        }
+        sagaflow::store::ExecArrays(tx,
+                                    "INSERT INTO bench_record SELECT unnest($1::text[])::uuid, "
+                                    "to_timestamp(unnest($2::text[])::float8 / 1000)",
+                                    {ids, produced_ms});
         tx.exec("ANALYZE bench_record");
         tx.commit();
     }
