@@ -2,10 +2,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <poll.h>
+
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <pqxx/pqxx>
@@ -259,15 +263,22 @@ class Relay::Impl {
                 }
                 position_ = detail::ClaimPosition{row[1].as<long long>()};
                 listener.emplace(*conn, wakeups);  // dispatches what arrives; listening is Arm's
-                pqxx::nontransaction{*conn}.exec("UNLISTEN sagaflow_outbox");
+                // While it leads, the process's own writers leave its wake to LocalWake::Poke
+                // (016_wake_own_relay_without_notify.sql); released with the leader lock.
+                pqxx::nontransaction{*conn}.exec("UNLISTEN sagaflow_outbox" +
+                                                 (local_
+                                                      ? "; SELECT pg_advisory_lock(" + std::to_string(local_->Token()) +
+                                                            ", hashtext(current_schema()))"
+                                                      : std::string()));
                 unmarked_ = {};
                 recorded_low_ = position_.floor;
                 spdlog::info("relay: publishing (leader lock taken)");
             }
             EnsureProducer();
-            // Rows notified before a claim committed before it, so the claim sees them.
+            // Rows notified or poked before a claim committed before it, so the claim sees them.
             long long covered = wakeups.highest;
             wakeups.unreadable = false;
+            if (local_) local_->Take();
             // A full claim (from the low-water mark, and the listed rows) every poll interval finds what a
             // claim after the position cannot see: re-armed rows and rows whose backoff ended. While
             // a suspect range exists every claim is a full one. In between, claims start after it.
@@ -292,7 +303,7 @@ class Relay::Impl {
                 continue;
             }
             if (published > 0) conn->get_notifs();  // those that came while the batch was at the broker
-            if (published > 0 && (wakeups.highest > covered || wakeups.unreadable)) {
+            if (published > 0 && (wakeups.highest > covered || wakeups.unreadable || Poked())) {
                 // Busy: rows were announced while this batch was at the broker. Stop the
                 // notifications and claim batch after batch until a claim finds nothing.
                 Disarm(*conn);
@@ -304,12 +315,12 @@ class Relay::Impl {
             // longer than kMarkDelay.
             const auto start = std::chrono::steady_clock::now();
             const auto deadline = start + options_.poll_interval;
-            while (wakeups.highest <= covered && !wakeups.unreadable && !stopping_.load() &&
+            while (wakeups.highest <= covered && !wakeups.unreadable && !Poked() && !stopping_.load() &&
                    std::chrono::steady_clock::now() < deadline) {
                 if (!unmarked_.ids.empty() && std::chrono::steady_clock::now() - start >= kMarkDelay) {
                     FlushMarks(*conn);
                 }
-                conn->await_notification(0, unmarked_.ids.empty() ? 50'000 : 2'000);
+                Await(*conn, unmarked_.ids.empty() ? 50 : 2);
                 rd_kafka_poll(producer_.get(), 0);
             }
         }
@@ -320,6 +331,20 @@ class Relay::Impl {
         pqxx::nontransaction tx{*conn};
         tx.exec("SELECT pg_advisory_unlock_all()");
         leader_ = false;
+    }
+
+    bool Poked() const noexcept { return local_ && local_->Pending(); }
+
+    // Waits up to `ms` for a notification (dispatched to the listener) or a LocalWake poke.
+    // (pqxx's await_notification, with the poke's descriptor beside the socket.)
+    void Await(pqxx::connection& conn, int ms) {
+        if (conn.get_notifs() > 0) return;  // already read with an earlier result
+        std::array<pollfd, 2> fds{pollfd{conn.sock(), POLLIN, 0}, pollfd{local_ ? local_->Fd() : -1, POLLIN, 0}};
+        if (poll(fds.data(), fds.size(), ms) < 0 && errno != EINTR) {
+            throw std::runtime_error(std::string("relay: poll: ") + std::strerror(errno));
+        }
+        if ((fds[1].revents & POLLIN) != 0) local_->Drain();  // Pending() says what it meant
+        if ((fds[0].revents & (POLLIN | POLLERR | POLLHUP)) != 0) conn.get_notifs();
     }
 
     // Takes the wake lock, waiting at most kArmTimeout for the transactions in flight that added rows
@@ -596,6 +621,7 @@ class Relay::Impl {
     }
 
     const RelayOptions& options_;
+    LocalWake* const local_ = options_.local_wake.get();
     RelayMetrics& metrics_;
     std::atomic<bool>& stopping_;
     std::atomic<bool>& leader_;

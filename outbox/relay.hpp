@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "outbox/kafka.hpp"
+#include "outbox/local_wake.hpp"
 #include "outbox/metrics.hpp"
 
 namespace sagaflow::outbox {
@@ -48,6 +49,9 @@ struct RelayOptions {
     std::chrono::milliseconds stall_timeout{30'000};
     std::chrono::milliseconds initial_backoff{500};
     std::chrono::milliseconds max_backoff{60'000};
+    // The process's own writers wake this relay in memory (outbox/local_wake.hpp); null: only
+    // notifications and the poll interval do.
+    std::shared_ptr<LocalWake> local_wake;
 };
 
 // The relay producer's librdkafka properties: the user's, with enable.idempotence=true and acks=all

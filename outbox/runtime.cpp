@@ -1,5 +1,7 @@
 #include "outbox/runtime.hpp"
 
+#include <pqxx/pqxx>
+
 #include "store/inbox.hpp"
 #include "store/prepared.hpp"
 
@@ -9,12 +11,14 @@ void Runtime::StartPool(const std::string& url, int size) {
     store::PoolOptions options;
     options.url = url;
     options.size = size;
-    options.on_connect = [](pqxx::connection& conn) {
+    options.on_connect = [wake = local_wake](pqxx::connection& conn) {
         store::ForgetForeignStatements(conn);  // a new connection, perhaps at an old one's address
         store::UseOwnStatementPlans(conn);
         store::PrepareInbox(conn);
+        pqxx::nontransaction{conn}.exec(wake->SessionSetting());
     };
     options.on_disconnect = [](pqxx::connection& conn) { store::ForgetForeignStatements(conn); };
+    options.after_job = [wake = local_wake] { wake->Poke(); };
     pool = std::make_unique<store::ConnectionPool>(options);
 }
 
@@ -23,6 +27,7 @@ void Runtime::StartRelay(const std::string& url, const std::string& brokers, con
     options.db_url = url;
     options.brokers = brokers;
     options.properties = properties;
+    options.local_wake = local_wake;
     relay = std::make_unique<Relay>(options);
     relay->Start();
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "outbox/consumer.hpp"
+#include "outbox/local_wake.hpp"
 #include "outbox/relay.hpp"
 #include "store/pool.hpp"
 #include "store/sweeper.hpp"
@@ -13,6 +14,8 @@
 namespace sagaflow::outbox {
 
 struct Runtime {
+    // The pool's commits wake the relay in memory (outbox/local_wake.hpp).
+    std::shared_ptr<LocalWake> local_wake = std::make_shared<LocalWake>();
     std::unique_ptr<store::ConnectionPool> pool;
     std::unique_ptr<Relay> relay;
     std::unique_ptr<Consumer> consumer;

@@ -41,6 +41,9 @@ struct PoolOptions {
     std::function<void(pqxx::connection&)> on_connect;
     // Called for each connection before the pool lets go of it (lost, or the pool stopping).
     std::function<void(pqxx::connection&)> on_disconnect;
+    // Called on the worker after each job that ran on a connection, whatever its outcome: whatever
+    // the job committed is committed by then (outbox::LocalWake's Poke).
+    std::function<void()> after_job;
 };
 
 class PoolStopped : public std::runtime_error {

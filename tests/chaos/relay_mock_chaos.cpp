@@ -228,8 +228,11 @@ TEST_CASE("a dead letter the broker refuses is produced again, not dropped with 
     // its delivery fails, and rd_kafka_flush() still returns success.
     rd_kafka_mock_push_request_errors(
         mock.cluster, kProduceApiKey, 2, RD_KAFKA_RESP_ERR_INVALID_RECORD, RD_KAFKA_RESP_ERR_INVALID_RECORD);
-    store::ConnectionPool pool{
-        {.url = mock.db.Url(), .size = 1, .on_connect = [](auto& c) { store::PrepareInbox(c); }, .on_disconnect = {}}};
+    store::ConnectionPool pool{{.url = mock.db.Url(),
+                                .size = 1,
+                                .on_connect = [](auto& c) { store::PrepareInbox(c); },
+                                .on_disconnect = {},
+                                .after_job = {}}};
     outbox::ConsumerOptions options;
     options.brokers = mock.brokers;
     options.group_id = "mock-dlq-group";

@@ -15,6 +15,7 @@
 #include "outbox/consumer.hpp"
 #include "outbox/detail/rdkafka.hpp"
 #include "outbox/relay.hpp"
+#include "outbox/runtime.hpp"
 #include "outbox/uuid.hpp"
 #include "outbox/writer.hpp"
 #include "store/inbox.hpp"
@@ -60,8 +61,12 @@ struct ConsumerSetup {
         store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
         testing::Execute(db.Url(), "CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL)");
         testing::CreateTopic(brokers, topic, 2);
-        pool = std::make_unique<store::ConnectionPool>(store::PoolOptions{
-            .url = db.Url(), .size = 2, .on_connect = [](auto& c) { store::PrepareInbox(c); }, .on_disconnect = {}});
+        pool = std::make_unique<store::ConnectionPool>(
+            store::PoolOptions{.url = db.Url(),
+                               .size = 2,
+                               .on_connect = [](auto& c) { store::PrepareInbox(c); },
+                               .on_disconnect = {},
+                               .after_job = {}});
         options.brokers = brokers;
         options.group_id = UniqueName("group");
         options.topics = {topic};
@@ -270,6 +275,70 @@ TEST_CASE("only a sleeping relay is notified, and a commit that raced its sleep 
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
     relay.Stop();
     CHECK_FALSE(armed());  // the session's locks go with it
+    const auto records = testing::ReadTopic(KafkaBrokers(), topic, 2, std::chrono::seconds(60));
+    CHECK(records.size() == 2);
+}
+
+TEST_CASE("a commit from the relay's own process wakes it in memory, without a notification") {
+    // The poll interval is a minute again: only a poke or a notification publishes a row in time.
+    ScratchDatabase db;
+    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+    const std::string topic = UniqueName("relay-local-wake");
+    testing::CreateTopic(KafkaBrokers(), topic, 1);
+    outbox::Runtime parts;
+    parts.StartPool(db.Url(), 1);
+    auto options = RelayFor(db.Url());
+    options.poll_interval = std::chrono::seconds(60);
+    options.local_wake = parts.local_wake;
+    parts.relay = std::make_unique<outbox::Relay>(options);
+    parts.relay->Start();
+    const auto unpublished = [&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL"); };
+    const auto held = [&](long long classid) {
+        return Count(db.Url(),
+                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = " +
+                         std::to_string(classid) +
+                         " AND objid = hashtext('public')::oid AND mode = 'ExclusiveLock' AND granted AND database = "
+                         "(SELECT oid FROM pg_database WHERE datname = current_database())") == 1;
+    };
+    // Asleep: the wake lock (0x7366776b) and, as the leader, the process's own lock (its token).
+    REQUIRE(WaitFor([&] { return held(0x7366776b) && held(parts.local_wake->Token()); }, std::chrono::seconds(30)));
+
+    // Every notification of the database, as another relay's session would be signalled.
+    pqxx::connection listen_conn{db.Url()};
+    struct Counter final : pqxx::notification_receiver {
+        int received = 0;
+        explicit Counter(pqxx::connection_base& c) : pqxx::notification_receiver(c, "sagaflow_outbox") {}
+        void operator()(const std::string&, int) override { ++received; }
+    } counter{listen_conn};
+    const auto notifications = [&] {
+        listen_conn.await_notification(0, 300'000);
+        return counter.received;
+    };
+
+    // A pool job's commit: no notification, and the relay publishes within seconds, not a minute.
+    parts.pool->RunBlocking([&](pqxx::connection& conn) {
+        pqxx::work tx{conn};
+        outbox::Enqueue(tx, topic, "own", TestEvent({{"seq", 1}}));
+        tx.commit();
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    CHECK(notifications() == 0);
+
+    // Another session's commit (no token: another process, a foreign participant) still notifies.
+    REQUIRE(WaitFor([&] { return held(0x7366776b); }, std::chrono::seconds(5)));
+    {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        outbox::Enqueue(tx, topic, "foreign", TestEvent({{"seq", 2}}));
+        tx.commit();
+    }
+    t0 = std::chrono::steady_clock::now();
+    REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    CHECK(notifications() == 1);
+    parts.Stop();
     const auto records = testing::ReadTopic(KafkaBrokers(), topic, 2, std::chrono::seconds(60));
     CHECK(records.size() == 2);
 }
@@ -782,8 +851,11 @@ TEST_CASE("the relay killed with SIGKILL 20 times: every row is published, dupli
         tx.exec("CREATE TABLE effect (event_id uuid PRIMARY KEY, applied int NOT NULL)");
         tx.commit();
     }
-    store::ConnectionPool pool{
-        {.url = db.Url(), .size = 2, .on_connect = [](auto& c) { store::PrepareInbox(c); }, .on_disconnect = {}}};
+    store::ConnectionPool pool{{.url = db.Url(),
+                                .size = 2,
+                                .on_connect = [](auto& c) { store::PrepareInbox(c); },
+                                .on_disconnect = {},
+                                .after_job = {}}};
     outbox::ConsumerOptions options;
     options.brokers = brokers;
     options.group_id = UniqueName("group");

@@ -352,8 +352,11 @@ TEST_CASE("a session of sagaflow's own statements plans an array statement once,
 TEST_CASE("the pool runs jobs, passes errors on, and survives a killed connection") {
     ScratchDatabase db;
     MigrateBlocking(db.Url(), BuiltinMigrations());
-    ConnectionPool pool{
-        {.url = db.Url(), .size = 2, .on_connect = [](pqxx::connection& c) { PrepareInbox(c); }, .on_disconnect = {}}};
+    ConnectionPool pool{{.url = db.Url(),
+                         .size = 2,
+                         .on_connect = [](pqxx::connection& c) { PrepareInbox(c); },
+                         .on_disconnect = {},
+                         .after_job = {}}};
     CHECK(pool.RunBlocking([](pqxx::connection& c) {
         pqxx::work tx{c};
         return tx.exec1("SELECT 40 + 2")[0].as<int>();

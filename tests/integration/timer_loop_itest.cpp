@@ -17,7 +17,8 @@ using sagaflow::testing::ScratchDatabase;
 
 TEST_CASE("timer scans never overlap: a scan whose connection breaks is not run again beside the next one") {
     ScratchDatabase db;
-    sagaflow::store::ConnectionPool pool{{.url = db.Url(), .size = 2, .on_connect = {}, .on_disconnect = {}}};
+    sagaflow::store::ConnectionPool pool{
+        {.url = db.Url(), .size = 2, .on_connect = {}, .on_disconnect = {}, .after_job = {}}};
     boost::asio::io_context io;
     auto work = boost::asio::make_work_guard(io);
     std::thread io_thread([&] { io.run(); });
