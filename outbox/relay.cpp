@@ -263,13 +263,8 @@ class Relay::Impl {
                 }
                 position_ = detail::ClaimPosition{row[1].as<long long>()};
                 listener.emplace(*conn, wakeups);  // dispatches what arrives; listening is Arm's
-                // While it leads, the process's own writers leave its wake to LocalWake::Poke
-                // (016_wake_own_relay_without_notify.sql); released with the leader lock.
-                pqxx::nontransaction{*conn}.exec("UNLISTEN sagaflow_outbox" +
-                                                 (local_
-                                                      ? "; SELECT pg_advisory_lock(" + std::to_string(local_->Token()) +
-                                                            ", hashtext(current_schema()))"
-                                                      : std::string()));
+                pqxx::nontransaction{*conn}.exec("UNLISTEN sagaflow_outbox");
+                token_locked_ = false;
                 unmarked_ = {};
                 recorded_low_ = position_.floor;
                 spdlog::info("relay: publishing (leader lock taken)");
@@ -349,13 +344,25 @@ class Relay::Impl {
 
     // Takes the wake lock, waiting at most kArmTimeout for the transactions in flight that added rows
     // unannounced (they hold it shared), and listens. False when they did not end in time.
+    //
+    // The first time in a session it also tries the LocalWake token's lock (token, schema), kept
+    // until the session ends: while this relay sleeps, its own process's writers find it held and
+    // leave the wake to LocalWake::Poke (016_wake_own_relay_without_notify.sql). Only tried, never
+    // waited for: a writer holding it shared (it found another relay asleep) may stay in its
+    // transaction for long, and until the lock is held the process's commits just notify.
     bool Arm(pqxx::connection& conn) {
         try {
             // One transaction: the LISTEN takes effect when it commits, before the next claim's
             // snapshot; a commit that notified before that is seen by the claim.
-            pqxx::nontransaction{conn}.exec(std::string("SELECT set_config('lock_timeout', '") + kArmTimeout +
-                                            "', true); LISTEN sagaflow_outbox; SELECT pg_advisory_lock(" +
-                                            std::to_string(kWakeLock) + ", hashtext(current_schema()))");
+            const bool try_token = local_ != nullptr && !token_locked_;
+            const auto result = pqxx::nontransaction{conn}.exec(
+                std::string("SELECT set_config('lock_timeout', '") + kArmTimeout +
+                "', true); LISTEN sagaflow_outbox; SELECT pg_advisory_lock(" + std::to_string(kWakeLock) +
+                ", hashtext(current_schema()))" +
+                (try_token ? "; SELECT pg_try_advisory_lock(" + std::to_string(local_->Token()) +
+                                 ", hashtext(current_schema()))"
+                           : std::string()));
+            if (try_token) token_locked_ = result[0][0].as<bool>();
             return true;
         } catch (const pqxx::sql_error& e) {
             if (e.sqlstate() == "55P03") return false;  // lock_not_available: claim again, then retry
@@ -622,6 +629,7 @@ class Relay::Impl {
 
     const RelayOptions& options_;
     LocalWake* const local_ = options_.local_wake.get();
+    bool token_locked_ = false;  // this session holds the LocalWake token's lock (Arm)
     RelayMetrics& metrics_;
     std::atomic<bool>& stopping_;
     std::atomic<bool>& leader_;

@@ -12,9 +12,10 @@
 // one; once a claim finds nothing it takes the wake lock, claims once more and sleeps until a
 // NOTIFY or the poll interval. Only commits made while it holds the wake lock notify (the outbox
 // trigger tries the lock shared), so a busy relay, and the other listening sessions of its
-// database, are not woken at every commit. Stop() asks the thread to finish: in-flight deliveries get `drain_timeout`;
-// what is not acknowledged by then stays unpublished and is published again later with the same event id (the
-// consumers' inboxes drop the duplicate).
+// database, are not woken at every commit; with a LocalWake, its own process's commits wake it in
+// memory instead of notifying (outbox/local_wake.hpp). Stop() asks the thread to finish: in-flight deliveries get
+// `drain_timeout`; what is not acknowledged by then stays unpublished and is published again later with the same event
+// id (the consumers' inboxes drop the duplicate).
 //
 // Ordering: one relay publishes at a time (a session advisory lock; other relays stand by and take
 // over within `poll_interval` when the leader's session ends). Rows go out in id order; a row that

@@ -290,8 +290,6 @@ TEST_CASE("a commit from the relay's own process wakes it in memory, without a n
     auto options = RelayFor(db.Url());
     options.poll_interval = std::chrono::seconds(60);
     options.local_wake = parts.local_wake;
-    parts.relay = std::make_unique<outbox::Relay>(options);
-    parts.relay->Start();
     const auto unpublished = [&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL"); };
     const auto held = [&](long long classid) {
         return Count(db.Url(),
@@ -300,9 +298,6 @@ TEST_CASE("a commit from the relay's own process wakes it in memory, without a n
                          " AND objid = hashtext('public')::oid AND mode = 'ExclusiveLock' AND granted AND database = "
                          "(SELECT oid FROM pg_database WHERE datname = current_database())") == 1;
     };
-    // Asleep: the wake lock (0x7366776b) and, as the leader, the process's own lock (its token).
-    REQUIRE(WaitFor([&] { return held(0x7366776b) && held(parts.local_wake->Token()); }, std::chrono::seconds(30)));
-
     // Every notification of the database, as another relay's session would be signalled.
     pqxx::connection listen_conn{db.Url()};
     struct Counter final : pqxx::notification_receiver {
@@ -312,18 +307,42 @@ TEST_CASE("a commit from the relay's own process wakes it in memory, without a n
     } counter{listen_conn};
     const auto notifications = [&] {
         listen_conn.await_notification(0, 300'000);
-        return counter.received;
+        return std::exchange(counter.received, 0);
+    };
+    const auto publish_own = [&](int seq) {
+        parts.pool->RunBlocking([&](pqxx::connection& conn) {
+            pqxx::work tx{conn};
+            outbox::Enqueue(tx, topic, "own", TestEvent({{"seq", seq}}));
+            tx.commit();
+        });
+        const auto t0 = std::chrono::steady_clock::now();
+        REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
     };
 
+    // A transaction holds the token's lock shared (a writer of this process that found another
+    // relay asleep): the relay does not wait for it. It sleeps without it, and the process's
+    // commits notify.
+    pqxx::connection blocker_conn{db.Url()};
+    pqxx::work blocker{blocker_conn};
+    blocker.exec("SELECT pg_advisory_xact_lock_shared(" + std::to_string(parts.local_wake->Token()) +
+                 ", hashtext('public'))");
+    parts.relay = std::make_unique<outbox::Relay>(options);
+    parts.relay->Start();
+    REQUIRE(WaitFor([&] { return held(0x7366776b); }, std::chrono::seconds(30)));
+    CHECK_FALSE(held(parts.local_wake->Token()));
+    publish_own(1);
+    CHECK(notifications() == 1);
+    blocker.commit();
+
+    // A new session of the relay: asleep, it holds the wake lock (0x7366776b) and its token's lock.
+    parts.relay->Stop();
+    parts.relay = std::make_unique<outbox::Relay>(options);
+    parts.relay->Start();
+    REQUIRE(WaitFor([&] { return held(0x7366776b) && held(parts.local_wake->Token()); }, std::chrono::seconds(30)));
+    CHECK(notifications() == 0);
     // A pool job's commit: no notification, and the relay publishes within seconds, not a minute.
-    parts.pool->RunBlocking([&](pqxx::connection& conn) {
-        pqxx::work tx{conn};
-        outbox::Enqueue(tx, topic, "own", TestEvent({{"seq", 1}}));
-        tx.commit();
-    });
-    auto t0 = std::chrono::steady_clock::now();
-    REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
-    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+    publish_own(2);
     CHECK(notifications() == 0);
 
     // Another session's commit (no token: another process, a foreign participant) still notifies.
@@ -331,16 +350,16 @@ TEST_CASE("a commit from the relay's own process wakes it in memory, without a n
     {
         pqxx::connection conn{db.Url()};
         pqxx::work tx{conn};
-        outbox::Enqueue(tx, topic, "foreign", TestEvent({{"seq", 2}}));
+        outbox::Enqueue(tx, topic, "foreign", TestEvent({{"seq", 3}}));
         tx.commit();
     }
-    t0 = std::chrono::steady_clock::now();
+    const auto t0 = std::chrono::steady_clock::now();
     REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
     CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
     CHECK(notifications() == 1);
     parts.Stop();
-    const auto records = testing::ReadTopic(KafkaBrokers(), topic, 2, std::chrono::seconds(60));
-    CHECK(records.size() == 2);
+    const auto records = testing::ReadTopic(KafkaBrokers(), topic, 3, std::chrono::seconds(60));
+    CHECK(records.size() == 3);
 }
 
 TEST_CASE(
