@@ -131,24 +131,38 @@ double GroupCpuSeconds(const std::string& comm, const std::string& cmdline_part)
     return total;
 }
 
-// CPU seconds the whole machine spent busy (every state but idle and iowait), over all cores.
-double MachineBusySeconds() {
+// The whole machine, from /proc/stat: CPU seconds busy (every state but idle and iowait) over all
+// cores, of them in the kernel (system, irq, softirq), and context switches since boot.
+struct Machine {
+    double busy = 0, kernel = 0, context_switches = 0;
+};
+
+Machine MeasureMachine() {
     std::ifstream stat("/proc/stat");
-    std::string cpu;
-    unsigned long long value = 0, busy = 0;
-    stat >> cpu;
+    std::string word;
+    unsigned long long value = 0, busy = 0, kernel = 0;
+    stat >> word;
     for (int i = 0; i < 8 && stat >> value; ++i) {
         if (i != 3 && i != 4) busy += value;  // user nice system idle iowait irq softirq steal
+        if (i == 2 || i == 5 || i == 6) kernel += value;
     }
-    return static_cast<double>(busy) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    Machine m;
+    const auto tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+    m.busy = static_cast<double>(busy) / tick;
+    m.kernel = static_cast<double>(kernel) / tick;
+    while (stat >> word) {
+        if (word == "ctxt" && stat >> value) m.context_switches = static_cast<double>(value);
+    }
+    return m;
 }
 
 struct ServerCpu {
-    double postgres = 0, broker = 0, machine = 0;
+    double postgres = 0, broker = 0;
+    Machine machine;
 };
 
 ServerCpu MeasureServers() {
-    return {GroupCpuSeconds("postgres", ""), GroupCpuSeconds("", "kafka.Kafka"), MachineBusySeconds()};
+    return {GroupCpuSeconds("postgres", ""), GroupCpuSeconds("", "kafka.Kafka"), MeasureMachine()};
 }
 
 // Runs pgbench with `script` at 16 clients for 10 s on the same server after `setup`. Returns the
@@ -748,7 +762,12 @@ int main(int argc, char** argv) {
     out["servers"] = {
         {"postgres_cpu_seconds_per_saga_closed_loop", (servers_after.postgres - servers_before.postgres) * per_saga},
         {"kafka_broker_cpu_seconds_per_saga_closed_loop", (servers_after.broker - servers_before.broker) * per_saga},
-        {"machine_busy_cpu_seconds_per_saga_closed_loop", (servers_after.machine - servers_before.machine) * per_saga},
+        {"machine_busy_cpu_seconds_per_saga_closed_loop",
+         (servers_after.machine.busy - servers_before.machine.busy) * per_saga},
+        {"machine_kernel_cpu_seconds_per_saga_closed_loop",
+         (servers_after.machine.kernel - servers_before.machine.kernel) * per_saga},
+        {"machine_context_switches_per_saga_closed_loop",
+         (servers_after.machine.context_switches - servers_before.machine.context_switches) * per_saga},
         {"cores", std::thread::hardware_concurrency()},
         {"postgres_commits_per_saga_closed_loop",
          (pg_after.commits - pg_before.commits - static_cast<double>(harness_closed)) * per_saga},

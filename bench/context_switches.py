@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Context switches per completed saga, by process group, over a window of a running saga benchmark.
+
+    bench/context_switches.py DB_URL [SECONDS]     (default 60; run it while a closed loop runs)
+
+Reads voluntary and nonvoluntary switches of every thread (/proc/PID/task/*/status) before and
+after the window and the sagas completed in it (DB_URL: the benchmark's database), and prints them
+per saga for PostgreSQL, the broker, the engine, each example service and the benchmark's front end,
+beside the machine's total (/proc/stat ctxt). Threads that start or end inside the window are
+not counted in their group (the machine total still counts them).
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+
+def group_of(comm, cmd):
+    if comm == "postgres":
+        return "postgres"
+    if "kafka.Kafka" in cmd:
+        return "broker"
+    for name in ("sagaflow-order-service", "sagaflow-payment-service", "saga_bench"):
+        if name in cmd:
+            return name
+    if comm == "sagaflow":
+        return "engine"
+    return "other"
+
+
+def snapshot():
+    groups = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm = open(f"/proc/{pid}/comm").read().strip()
+            cmd = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+            counts = [0, 0]
+            for task in os.listdir(f"/proc/{pid}/task"):
+                status = open(f"/proc/{pid}/task/{task}/status").read()
+                counts[0] += int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))
+                counts[1] += int(re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))
+        except (OSError, AttributeError):
+            continue  # the process or thread ended meanwhile
+        total = groups.setdefault(group_of(comm, cmd), [0, 0])
+        total[0] += counts[0]
+        total[1] += counts[1]
+    machine = next(int(line.split()[1]) for line in open("/proc/stat") if line.startswith("ctxt "))
+    return groups, machine
+
+
+def completed(url):
+    out = subprocess.check_output(["psql", url, "-Atc", "SELECT count(*) FROM saga_instance WHERE status = 'completed'"])
+    return int(out.strip())
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    url, seconds = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 60.0
+    before, machine_before, sagas_before = *snapshot(), completed(url)
+    time.sleep(seconds)
+    after, machine_after, sagas_after = *snapshot(), completed(url)
+    sagas = sagas_after - sagas_before
+    if sagas <= 0:
+        sys.exit("no saga completed in the window: is a closed loop running against this database?")
+    print(f"{sagas} sagas in {seconds:.0f} s; machine: {(machine_after - machine_before) / sagas:.1f} switches per saga")
+    print(f"{'group':<26}{'voluntary':>10}{'preempted':>10}  per saga")
+    for group in sorted(after):
+        if group in before:
+            v = (after[group][0] - before[group][0]) / sagas
+            n = (after[group][1] - before[group][1]) / sagas
+            print(f"{group:<26}{v:>10.1f}{n:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()
