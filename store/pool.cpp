@@ -133,7 +133,6 @@ void ConnectionPool::Worker(int index) {
             }
             try {
                 task(conn.get(), nullptr);
-                if (options_.after_job) options_.after_job();
                 break;
             } catch (const pqxx::broken_connection& e) {
                 release();

@@ -41,8 +41,9 @@ struct PoolOptions {
     std::function<void(pqxx::connection&)> on_connect;
     // Called for each connection before the pool lets go of it (lost, or the pool stopping).
     std::function<void(pqxx::connection&)> on_disconnect;
-    // Called on the worker after each job that ran on a connection, whatever its outcome: whatever
-    // the job committed is committed by then (outbox::LocalWake's Poke).
+    // Called on the worker after each job that ran on a connection and returned or threw (not one
+    // that lost its connection: it runs again), before its caller gets the result: whatever the
+    // job committed is committed by then (outbox::LocalWake's Poke).
     std::function<void()> after_job;
 };
 
@@ -63,7 +64,7 @@ class ConnectionPool {
         using R = std::invoke_result_t<F&, pqxx::connection&>;
         auto promise = std::make_shared<std::promise<R>>();
         auto future = promise->get_future();
-        Enqueue([job = std::move(job), promise](pqxx::connection* conn, std::exception_ptr error) mutable {
+        Enqueue([this, job = std::move(job), promise](pqxx::connection* conn, std::exception_ptr error) mutable {
             if (error) {
                 promise->set_exception(error);
                 return;
@@ -71,13 +72,17 @@ class ConnectionPool {
             try {
                 if constexpr (std::is_void_v<R>) {
                     job(*conn);
+                    AfterJob();
                     promise->set_value();
                 } else {
-                    promise->set_value(job(*conn));
+                    R value = job(*conn);
+                    AfterJob();
+                    promise->set_value(std::move(value));
                 }
             } catch (const pqxx::broken_connection&) {
                 throw;  // the worker reconnects and runs the job again
             } catch (...) {
+                AfterJob();
                 promise->set_exception(std::current_exception());
             }
         });
@@ -99,6 +104,10 @@ class ConnectionPool {
     const std::string& RedactedUrl() const noexcept { return redacted_url_; }
 
   private:
+    void AfterJob() {
+        if (options_.after_job) options_.after_job();
+    }
+
     // Runs the job on `conn`; with a non-null error it only reports it (the job was never run).
     using Task = std::function<void(pqxx::connection* conn, std::exception_ptr error)>;
 

@@ -352,20 +352,23 @@ TEST_CASE("a session of sagaflow's own statements plans an array statement once,
 TEST_CASE("the pool runs jobs, passes errors on, and survives a killed connection") {
     ScratchDatabase db;
     MigrateBlocking(db.Url(), BuiltinMigrations());
+    std::atomic<int> after_jobs{0};
     ConnectionPool pool{{.url = db.Url(),
                          .size = 2,
                          .on_connect = [](pqxx::connection& c) { PrepareInbox(c); },
                          .on_disconnect = {},
-                         .after_job = {}}};
+                         .after_job = [&] { ++after_jobs; }}};
     CHECK(pool.RunBlocking([](pqxx::connection& c) {
         pqxx::work tx{c};
         return tx.exec1("SELECT 40 + 2")[0].as<int>();
     }) == 42);
+    CHECK(after_jobs == 1);  // before the caller has the result (the relay's wake after a commit)
     CHECK_THROWS_AS(pool.RunBlocking([](pqxx::connection& c) {
         pqxx::work tx{c};
         tx.exec("SELECT * FROM no_such_table");
     }),
                     pqxx::undefined_table);
+    CHECK(after_jobs == 2);
 
     // Kill every backend of the pool from outside; the next jobs reconnect transparently.
     {
