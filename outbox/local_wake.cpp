@@ -36,10 +36,8 @@ void LocalWake::Poke() noexcept {
     [[maybe_unused]] const auto written = write(fd_, &one, sizeof one);  // EAGAIN only at 2^64-1 pokes
 }
 
-bool LocalWake::Take() noexcept {
-    if (!poked_.exchange(false)) return false;
-    Drain();
-    return true;
+void LocalWake::Take() noexcept {
+    if (poked_.exchange(false)) Drain();
 }
 
 void LocalWake::Drain() noexcept {

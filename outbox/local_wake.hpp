@@ -3,8 +3,9 @@
 // (sql/016_wake_own_relay_without_notify.sql).
 //
 // One LocalWake joins a pool and a relay of the same process (outbox::Runtime wires them): the
-// pool's sessions carry Token() in `sagaflow.wake_token` (SessionSetting), the relay holds the
-// advisory lock (Token(), its schema) while it leads, and the pool calls Poke() after every job.
+// pool's sessions carry Token() in `sagaflow.wake_token` (SessionSetting), the relay, leading,
+// takes the advisory lock (Token(), its schema) at its first sleep and keeps it for its session,
+// and the pool calls Poke() after every job.
 // The outbox trigger then sends no notification for a commit made while that relay sleeps; the
 // Poke wakes it instead. A Poke after a job that wrote nothing costs a sleeping relay one claim.
 
@@ -27,8 +28,8 @@ class LocalWake {
 
     // After a commit (any thread): the relay claims again, waking if it sleeps.
     void Poke() noexcept;
-    // The relay, before a claim: whether a Poke came since the last one (a claim now sees its commit).
-    bool Take() noexcept;
+    // The relay, before a claim: the pokes so far are answered by it (it sees their commits).
+    void Take() noexcept;
     bool Pending() const noexcept { return poked_.load(); }
     // Readable after a Poke: the relay waits on it beside its database socket; Drain() empties it.
     int Fd() const noexcept { return fd_; }

@@ -6,8 +6,8 @@
 -- A sagaflow process sets `sagaflow.wake_token` on its pool's sessions (a number from 1 to
 -- 999,999,999 of its own); its relay, leading a schema's outbox, takes the session advisory lock
 -- (token, hashtext(schema)) when it first sleeps and keeps it; after every pool job the process
--- wakes its relay in memory. A statement
--- that inserts rows while the relay sleeps (the wake lock is taken, 014) tries that lock shared:
+-- wakes its relay in memory. A statement that inserts rows while the relay sleeps (the wake lock
+-- is taken, 014) tries that lock shared:
 -- when it fails, the sleeping relay is its own process's and will be woken after the commit, so
 -- no notification is sent. Every other writer (no token, another process's token, a foreign
 -- participant's SQL) notifies as before. Should the leader change between the statement and the
