@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Context switches per completed saga, by process group, over a window of a running saga benchmark.
+"""Context switches and CPU waits per completed saga, by process group, over a window of a running
+saga benchmark.
 
     bench/context_switches.py DB_URL [SECONDS]     (default 60; run it while a closed loop runs)
 
-Reads voluntary and nonvoluntary switches of every thread (/proc/PID/task/*/status) before and
-after the window and the sagas completed in it (DB_URL: the benchmark's database), and prints them
+Reads voluntary and nonvoluntary switches of every thread (/proc/PID/task/*/status), and its CPU
+time and the time it was runnable but waited for a CPU (/proc/PID/task/*/schedstat), before and
+after the window, and the sagas completed in it (DB_URL: the benchmark's database), and prints them
 per saga for PostgreSQL, the broker, the engine, each example service and the benchmark's front end,
 beside the machine's total (/proc/stat ctxt). Threads that start or end inside the window are
 not counted in their group (the machine total still counts them).
@@ -35,16 +37,19 @@ def snapshot():
         try:
             comm = open(f"/proc/{pid}/comm").read().strip()
             cmd = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
-            counts = [0, 0]
+            counts = [0, 0, 0, 0]  # voluntary, preempted, CPU ns, waited for a CPU ns
             for task in os.listdir(f"/proc/{pid}/task"):
                 status = open(f"/proc/{pid}/task/{task}/status").read()
                 counts[0] += int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))
                 counts[1] += int(re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))
-        except (OSError, AttributeError):
+                cpu, waited = open(f"/proc/{pid}/task/{task}/schedstat").read().split()[:2]
+                counts[2] += int(cpu)
+                counts[3] += int(waited)
+        except (OSError, AttributeError, ValueError):
             continue  # the process or thread ended meanwhile
-        total = groups.setdefault(group_of(comm, cmd), [0, 0])
-        total[0] += counts[0]
-        total[1] += counts[1]
+        total = groups.setdefault(group_of(comm, cmd), [0, 0, 0, 0])
+        for i, count in enumerate(counts):
+            total[i] += count
     machine = next(int(line.split()[1]) for line in open("/proc/stat") if line.startswith("ctxt "))
     return groups, machine
 
@@ -65,12 +70,11 @@ def main():
     if sagas <= 0:
         sys.exit("no saga completed in the window: is a closed loop running against this database?")
     print(f"{sagas} sagas in {seconds:.0f} s; machine: {(machine_after - machine_before) / sagas:.1f} switches per saga")
-    print(f"{'group':<26}{'voluntary':>10}{'preempted':>10}  per saga")
+    print(f"{'group':<26}{'voluntary':>10}{'preempted':>10}{'CPU ms':>10}{'waited ms':>10}  per saga")
     for group in sorted(after):
         if group in before:
-            v = (after[group][0] - before[group][0]) / sagas
-            n = (after[group][1] - before[group][1]) / sagas
-            print(f"{group:<26}{v:>10.1f}{n:>10.1f}")
+            v, n, cpu, waited = ((a - b) / sagas for a, b in zip(after[group], before[group]))
+            print(f"{group:<26}{v:>10.1f}{n:>10.1f}{cpu / 1e6:>10.3f}{waited / 1e6:>10.3f}")
 
 
 if __name__ == "__main__":

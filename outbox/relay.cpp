@@ -226,6 +226,17 @@ class Relay::Impl {
         // scans as the table grows) and not re-planned per call for its array parameters
         // (store::UseOwnStatementPlans).
         store::UseOwnStatementPlans(*conn);
+        // The relay's commits do not wait for the WAL flush. All they write is bookkeeping: marks
+        // (published_at, partition, offset), failure marks, the low-water mark, taking rows off
+        // outbox_retry. A crash can lose the last of them — then those rows are published again
+        // under the same event ids, as after a crash between the broker's ack and the mark, and the
+        // inboxes drop the duplicates — and nothing else: PostgreSQL loses only the tail of the WAL,
+        // and every durable commit flushes all WAL before its own, so a transaction that read a mark
+        // (a timer that found a command reached) never outlives it. The outbox rows themselves and
+        // every state change are written by the engine's and participants' sessions, durably. What it
+        // saves: a mark rides with the next claim, and the claim no longer waits for a disk flush
+        // before it returns its rows (bench/README.md).
+        pqxx::nontransaction{*conn}.exec("SET synchronous_commit = off");
         conn->prepare("claim_full", RelayClaimStatement(false));
         conn->prepare("claim_after", RelayClaimStatement(true));
         // Whether the transactions that could commit into the suspect range have all ended, and a
