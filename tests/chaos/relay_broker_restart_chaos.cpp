@@ -28,6 +28,24 @@ long long Unpublished(pqxx::connection& conn) {
     return tx.exec1("SELECT count(*) FROM outbox WHERE published_at IS NULL")[0].as<long long>();
 }
 
+// A relay of `url`'s outbox to `brokers`, logging warnings and errors only.
+outbox::RelayOptions RelayTo(const std::string& url, const std::string& brokers) {
+    outbox::RelayOptions options;
+    options.db_url = url;
+    options.brokers = brokers;
+    options.properties = {{"log_level", "2"}};
+    return options;
+}
+
+// An event carrying its key's sequence number (testing::AuditEventStream checks per-key order).
+outbox::CloudEvent SeqEvent(int seq) {
+    outbox::CloudEvent event;
+    event.type = "Test.v1";
+    event.source = "sagaflow/chaos";
+    event.data = {{"seq", seq}};
+    return event;
+}
+
 }  // namespace
 
 TEST_CASE("the broker stopped for 10 s mid-stream: the relay resumes by itself and loses nothing") {
@@ -37,11 +55,7 @@ TEST_CASE("the broker stopped for 10 s mid-stream: the relay resumes by itself a
     const std::string topic = "restart-stream";
     testing::CreateTopic(broker.Brokers(), topic, 4);
 
-    outbox::RelayOptions options;
-    options.db_url = db.Url();
-    options.brokers = broker.Brokers();
-    options.properties = {{"log_level", "2"}};
-    outbox::Relay relay{options};
+    outbox::Relay relay{RelayTo(db.Url(), broker.Brokers())};
     relay.Start();
 
     constexpr int kKeys = 16;
@@ -54,11 +68,7 @@ TEST_CASE("the broker stopped for 10 s mid-stream: the relay resumes by itself a
         while (std::chrono::steady_clock::now() < end) {
             pqxx::work tx{conn};
             for (int j = 0; j < 32; ++j) {
-                outbox::CloudEvent event;
-                event.type = "Test.v1";
-                event.source = "sagaflow/chaos";
-                event.data = {{"seq", seq[j % kKeys]++}};
-                outbox::Enqueue(tx, topic, "k" + std::to_string(j % kKeys), event);
+                outbox::Enqueue(tx, topic, "k" + std::to_string(j % kKeys), SeqEvent(seq[j % kKeys]++));
             }
             tx.commit();
             written += 32;
@@ -108,11 +118,7 @@ TEST_CASE("PostgreSQL crashes (immediate restart) under the relay: every row goe
     const std::string topic = "crash-stream";
     testing::CreateTopic(broker.Brokers(), topic, 4);
 
-    outbox::RelayOptions options;
-    options.db_url = pg.Url();
-    options.brokers = broker.Brokers();
-    options.properties = {{"log_level", "2"}};
-    outbox::Relay relay{options};
+    outbox::Relay relay{RelayTo(pg.Url(), broker.Brokers())};
     relay.Start();
 
     constexpr int kKeys = 16;
@@ -127,11 +133,8 @@ TEST_CASE("PostgreSQL crashes (immediate restart) under the relay: every row goe
                 if (!conn) conn = std::make_unique<pqxx::connection>(pg.Url());
                 pqxx::work tx{*conn};
                 for (int j = 0; j < 32; ++j) {
-                    outbox::CloudEvent event;
-                    event.type = "Test.v1";
-                    event.source = "sagaflow/chaos";
-                    event.data = {{"seq", seq[j % kKeys] + j / kKeys}};
-                    const auto id = outbox::Enqueue(tx, topic, "k" + std::to_string(j % kKeys), event);
+                    const auto id = outbox::Enqueue(
+                        tx, topic, "k" + std::to_string(j % kKeys), SeqEvent(seq[j % kKeys] + j / kKeys));
                     if (j == 0) first_id = id;
                 }
                 tx.commit();
