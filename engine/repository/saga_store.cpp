@@ -92,51 +92,48 @@ std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
         }
     }
     if (locked.empty()) return sagas;
-    // Read after the locks, each statement with a snapshot of its own: the previous holder's commit
-    // is visible.
-    const std::string ids = store::UuidArray(locked);
-    const auto rows =
-        store::Exec(tx,
-                    "SELECT saga_id::text, saga_type, definition_hash, status, current_step, input::text, "
-                    "data::text, coalesce(parked_reason, ''), coalesce(traceparent, ''), coalesce(tracestate, '') "
-                    "FROM saga_instance WHERE saga_id = ANY($1::uuid[])",
-                    ids);
-    if (rows.empty()) return sagas;
+    // Read after the locks (a statement of its own, so its snapshot shows the previous holder's
+    // commit), the saga rows and their step phases with one statement: a row per phase, the saga's
+    // columns on each, one row with no phase for a saga that has none.
+    const auto rows = store::Exec(
+        tx,
+        "SELECT i.saga_id::text, i.saga_type, i.definition_hash, i.status, i.current_step, i.input::text, "
+        "i.data::text, coalesce(i.parked_reason, ''), coalesce(i.traceparent, ''), coalesce(i.tracestate, ''), "
+        "s.step_name, s.phase, s.status, s.attempt, s.reply::text, s.next_attempt_at IS NOT NULL, "
+        "s.command_event_id::text FROM saga_instance i LEFT JOIN saga_step s ON s.saga_id = i.saga_id WHERE "
+        "i.saga_id = ANY($1::uuid[]) ORDER BY i.saga_id, s.dispatched_at, s.phase",
+        store::UuidArray(locked));
+    LoadedSaga* saga = nullptr;
     for (const auto& row : rows) {
-        LoadedSaga saga;
-        saga.saga_id = row[0].as<std::string>();
-        saga.saga_type = row[1].as<std::string>();
-        saga.definition_hash = row[2].as<std::string>();
-        const auto status = ParseSagaStatus(row[3].as<std::string>());
-        if (!status) throw std::runtime_error("saga " + saga.saga_id + " has an unknown status " + row[3].c_str());
-        saga.state.status = *status;
-        saga.state.current_step = row[4].as<std::size_t>();
-        saga.input = ParseJson(row[5]);
-        saga.state.data = ParseJson(row[6]);
-        saga.state.parked_reason = row[7].as<std::string>();
-        saga.traceparent = row[8].as<std::string>();
-        saga.tracestate = row[9].as<std::string>();
-        sagas.emplace(saga.saga_id, std::move(saga));
-    }
-    const auto steps = store::Exec(tx,
-                                   "SELECT saga_id::text, step_name, phase, status, attempt, reply::text, "
-                                   "next_attempt_at IS NOT NULL, command_event_id::text FROM saga_step WHERE saga_id = "
-                                   "ANY($1::uuid[]) ORDER BY saga_step.saga_id, dispatched_at, phase",
-                                   ids);
-    for (const auto& row : steps) {
-        const auto it = sagas.find(row[0].as<std::string>());
-        if (it == sagas.end()) continue;
-        LoadedSaga& saga = it->second;
+        const std::string saga_id = row[0].as<std::string>();
+        if (saga == nullptr || saga->saga_id != saga_id) {
+            LoadedSaga loaded;
+            loaded.saga_id = saga_id;
+            loaded.saga_type = row[1].as<std::string>();
+            loaded.definition_hash = row[2].as<std::string>();
+            const auto status = ParseSagaStatus(row[3].as<std::string>());
+            if (!status) throw std::runtime_error("saga " + saga_id + " has an unknown status " + row[3].c_str());
+            loaded.state.status = *status;
+            loaded.state.current_step = row[4].as<std::size_t>();
+            loaded.input = ParseJson(row[5]);
+            loaded.state.data = ParseJson(row[6]);
+            loaded.state.parked_reason = row[7].as<std::string>();
+            loaded.traceparent = row[8].as<std::string>();
+            loaded.tracestate = row[9].as<std::string>();
+            saga = &sagas.emplace(saga_id, std::move(loaded)).first->second;
+        }
+        if (row[10].is_null()) continue;  // a saga with no step phase yet
         machine::StepPhaseState phase;
-        phase.step_name = row[1].as<std::string>();
-        phase.phase = ParsePhase(row[2].as<std::string>()).value_or(Phase::kAction);
+        phase.step_name = row[10].as<std::string>();
+        phase.phase = ParsePhase(row[11].as<std::string>()).value_or(Phase::kAction);
         machine::SetStatus(
-            phase, machine::ParseStepPhaseStatus(row[3].as<std::string>()).value_or(machine::StepPhaseStatus::kFailed));
-        phase.attempt = row[4].as<int>();
-        phase.reply = ParseJson(row[5]);
-        phase.awaiting_retry = row[6].as<bool>();
-        saga.command_ids[{phase.step_name, row[2].as<std::string>()}] = row[7].as<std::string>();
-        saga.state.phases.push_back(std::move(phase));
+            phase,
+            machine::ParseStepPhaseStatus(row[12].as<std::string>()).value_or(machine::StepPhaseStatus::kFailed));
+        phase.attempt = row[13].as<int>();
+        phase.reply = ParseJson(row[14]);
+        phase.awaiting_retry = row[15].as<bool>();
+        saga->command_ids[{phase.step_name, row[11].as<std::string>()}] = row[16].as<std::string>();
+        saga->state.phases.push_back(std::move(phase));
     }
     return sagas;
 }

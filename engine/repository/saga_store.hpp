@@ -55,8 +55,8 @@ inline constexpr const char* kSagaLockKeySql = "('x' || right(replace(saga_id::t
 // another transaction holds it).
 std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode);
 
-// The same for several sagas at once (two statements), by saga id; missing ids are not in the map.
-// The ids must be uuids.
+// The same for several sagas at once (two statements: the locks, then one read), by saga id; missing ids are not in the
+// map. The ids must be uuids.
 std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
                                             const std::vector<std::string>& saga_ids,
                                             LockMode mode);
