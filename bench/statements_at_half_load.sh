@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# What PostgreSQL runs per saga at half of the maximum: one saga benchmark run (closed loop, then
+# 25/50/75 %) on a private PostgreSQL with pg_stat_statements loaded (tracking top-level
+# statements) and a private broker; the counters are reset when the 50 % phase starts and read when
+# it ends, and printed per saga of that phase, dearest-by-count first, beside the context switches
+# and CPU per saga by process group (bench/context_switches.py over 25 s of the phase).
+#   bench/statements_at_half_load.sh [BUILD] [saga_bench options...]   (BUILD: build/release)
+# e.g. bench/statements_at_half_load.sh build/release --seconds 30 --warmup 20
+# A simple query of several statements (the participant's `SET LOCAL …; SAVEPOINT …`) is one round
+# trip but counts once per statement. Output goes to stdout; the run's JSON to bench/results/.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+source scripts/lib/common.sh
+build=${1:-build/release}
+shift $(($# < 1 ? $# : 1))
+[[ -x "$build/bench/saga_bench" ]] || sf_die "no $build/bench/saga_bench" \
+    "build it: cmake --preset release && cmake --build --preset release --target saga_bench sagaflow sagaflow-order-service sagaflow-payment-service sagaflow_kafka_probe"
+state=$(mktemp -d)/pg kstate=$(mktemp -d)/kafka
+url=$(scripts/pg start "$state")
+trap 'scripts/pg stop "$state"; [[ -z "${kstarted:-}" ]] || scripts/kafka/run stop "$kstate"' EXIT
+# As bench/run: 2 GB of shared buffers and commit timestamps; plus the statement counters.
+psql "$url" -qc "ALTER SYSTEM SET shared_buffers = '2GB'" -c "ALTER SYSTEM SET track_commit_timestamp = on" \
+    -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"
+scripts/pg restart "$state" >/dev/null
+url=$(scripts/pg url "$state")
+psql "$url" -qc "ALTER SYSTEM SET pg_stat_statements.track = 'top'" -c "SELECT pg_reload_conf()" >/dev/null
+psql "$url" -qc "CREATE EXTENSION pg_stat_statements"
+brokers=$(scripts/kafka/run start "$kstate" --probe "$build/tests/sagaflow_kafka_probe")
+kstarted=1
+mkdir -p bench/results
+out="bench/results/saga-statements-$(date -u +%Y%m%dT%H%M%SZ).json"
+log=$(mktemp)
+cli="$build/tools/cli/sagaflow"
+"$build/bench/saga_bench" "$url" "$brokers" --json "$out" --cli "$cli" --services-dir "$build/examples/order-payment" \
+    --saga sagas/order-payment.yaml "$@" >/dev/null 2>"$log" &
+bench=$!
+wait_line() {
+    until grep -q "$1" "$log"; do
+        kill -0 "$bench" 2>/dev/null || { cat "$log" >&2; sf_die "saga_bench ended before '$1'" "see its log above"; }
+        sleep 0.2
+    done
+}
+sf_log "waiting for the 50 % phase (after the warm-up, the closed loop and the 25 % phase)"
+wait_line "open-25%"
+psql "$url" -qAtc "SELECT pg_stat_statements_reset()" >/dev/null
+python3 bench/context_switches.py "$url" 25 >"$log.cs" 2>&1 &
+wait_line "open-50%"
+psql "$url" -qc "CREATE TABLE bench_statements AS SELECT query, calls, total_exec_time FROM pg_stat_statements
+    WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+wait
+grep "saga_bench: open-50%" "$log"
+sagas=$(psql "$url" -qAtc "SELECT count(*) FROM saga_instance WHERE idempotency_key LIKE 'open50-%'")
+echo "sagas in the 50 % phase: $sagas"
+psql "$url" -qAtF $'\t' -c "SELECT 'all statements', round(sum(calls)::numeric / $sagas, 2), 'transactions',
+    round(sum(calls) FILTER (WHERE query IN ('BEGIN', 'COMMIT'))::numeric / 2 / $sagas, 2) FROM bench_statements"
+echo -e "calls/saga\tms/call\tstatement"
+psql "$url" -qAtF $'\t' -c "SELECT round(sum(calls)::numeric / $sagas, 2), round((sum(total_exec_time) / sum(calls))::numeric, 3),
+    left(regexp_replace(query, '\s+', ' ', 'g'), 100) FROM bench_statements GROUP BY 3 ORDER BY 1 DESC, 3"
+cat "$log.cs"
+sf_log "results: $out"
