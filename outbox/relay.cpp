@@ -309,18 +309,13 @@ class Relay::Impl {
                 continue;
             }
             if (published > 0) conn->get_notifs();  // those that came while the batch was at the broker
-            if (published > 0 && (wakeups.highest > covered || wakeups.unreadable)) {
-                // Busy: rows were notified while this batch was at the broker. Stop the
+            if (published > 0 && (wakeups.highest > covered || wakeups.unreadable || Poked())) {
+                // Busy: rows were announced while this batch was at the broker. Stop the
                 // notifications and claim batch after batch until a claim finds nothing.
                 Disarm(*conn);
                 armed = false;
                 continue;
             }
-            // Busy with pokes only: stay armed and claim again. The process's own writers find the
-            // wake and token locks held and leave the wake to the poke (016), so staying armed sends
-            // no notification, where releasing the locks and taking them again cost two round trips
-            // per burst.
-            if (published > 0 && Poked()) continue;
             // Idle: wait for a NOTIFY of a row this claim did not see, in slices so Stop() is seen
             // quickly. The batch's mark waits for it too (it rides with the next claim), but not
             // longer than kMarkDelay.

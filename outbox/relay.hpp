@@ -13,8 +13,7 @@
 // NOTIFY or the poll interval. Only commits made while it holds the wake lock notify (the outbox
 // trigger tries the lock shared), so a busy relay, and the other listening sessions of its
 // database, are not woken at every commit; with a LocalWake, its own process's commits wake it in
-// memory instead of notifying (outbox/local_wake.hpp), and a relay kept busy by those pokes alone
-// keeps the wake lock (only a notification makes it let go). Its session commits without waiting for the
+// memory instead of notifying (outbox/local_wake.hpp). Its session commits without waiting for the
 // WAL flush (synchronous_commit = off): it writes only marks, and a crash that loses the last of
 // them publishes those rows again under the same ids. Stop() asks the thread to finish: in-flight deliveries get
 // `drain_timeout`; what is not acknowledged by then stays unpublished and is published again later with the same event
