@@ -14,6 +14,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 source scripts/lib/common.sh
+source bench/lib.sh
 before=${1:?usage: bench/saga_ab.sh BEFORE_BUILD AFTER_BUILD [ROUNDS] [saga_bench options]}
 after=${2:?usage: bench/saga_ab.sh BEFORE_BUILD AFTER_BUILD [ROUNDS] [saga_bench options]}
 rounds=${3:-2}
@@ -22,9 +23,7 @@ cli_of() { [[ -x "$1/tools/cli/sagaflow" ]] && echo "$1/tools/cli/sagaflow" || e
 state=$(mktemp -d)/pg kstate=$(mktemp -d)/kafka
 url=$(scripts/pg start "$state")
 trap 'scripts/pg stop "$state"; [[ -z "${kstarted:-}" ]] || scripts/kafka/run stop "$kstate"' EXIT
-psql "$url" -qc "ALTER SYSTEM SET shared_buffers = '2GB'" -c "ALTER SYSTEM SET track_commit_timestamp = on"
-scripts/pg restart "$state" >/dev/null
-url=$(scripts/pg url "$state")
+url=$(bench_pg_settings "$state")
 brokers=$(scripts/kafka/run start "$kstate" --probe "$after/tests/sagaflow_kafka_probe")
 kstarted=1
 stamp=$(date -u +%Y%m%dT%H%M%SZ)

@@ -12,6 +12,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 source scripts/lib/common.sh
+source bench/lib.sh
 build=${1:-build/release}
 shift $(($# < 1 ? $# : 1))
 [[ -x "$build/bench/saga_bench" ]] || sf_die "no $build/bench/saga_bench" \
@@ -19,11 +20,8 @@ shift $(($# < 1 ? $# : 1))
 state=$(mktemp -d)/pg kstate=$(mktemp -d)/kafka
 url=$(scripts/pg start "$state")
 trap 'scripts/pg stop "$state"; [[ -z "${kstarted:-}" ]] || scripts/kafka/run stop "$kstate"' EXIT
-# As bench/run: 2 GB of shared buffers and commit timestamps; plus the statement counters.
-psql "$url" -qc "ALTER SYSTEM SET shared_buffers = '2GB'" -c "ALTER SYSTEM SET track_commit_timestamp = on" \
-    -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"
-scripts/pg restart "$state" >/dev/null
-url=$(scripts/pg url "$state")
+# As bench/run, plus the statement counters.
+url=$(bench_pg_settings "$state" shared_preload_libraries=pg_stat_statements)
 psql "$url" -qc "ALTER SYSTEM SET pg_stat_statements.track = 'top'" -c "SELECT pg_reload_conf()" >/dev/null
 psql "$url" -qc "CREATE EXTENSION pg_stat_statements"
 brokers=$(scripts/kafka/run start "$kstate" --probe "$build/tests/sagaflow_kafka_probe")
