@@ -333,14 +333,33 @@ class Consumer::Impl {
     std::pair<std::uint64_t, std::uint64_t> ApplyInTransaction(pqxx::work& tx,
                                                                std::vector<Record>& batch,
                                                                const std::vector<std::string>& ids) {
-        const auto fresh_ids = store::GuardDisabled("inbox") ? ids : store::InboxFreshIds(tx, options_.inbox_name, ids);
+        std::optional<InboxCompanion> companion;
+        if (options_.companion) {
+            std::vector<const InboundEvent*> events;
+            for (const auto& record : batch) {
+                if (record.inbound) events.push_back(&*record.inbound);
+            }
+            companion = options_.companion(events);
+        }
+        std::vector<std::string> fresh_ids;
+        std::optional<pqxx::result> companion_rows;
+        if (store::GuardDisabled("inbox")) {
+            fresh_ids = ids;
+        } else if (companion) {
+            auto with = store::InboxFreshIdsWith(tx, options_.inbox_name, ids, companion->sql, companion->argument);
+            fresh_ids = std::move(with.fresh);
+            companion_rows = with.CompanionEmpty() ? pqxx::result{} : std::move(with.rows);
+        } else {
+            fresh_ids = store::InboxFreshIds(tx, options_.inbox_name, ids);
+        }
         std::set<std::string> fresh(fresh_ids.begin(), fresh_ids.end());
         std::vector<const InboundEvent*> run;
         std::uint64_t applied = 0;
         std::uint64_t duplicates = 0;
         const auto flush = [&] {
             if (run.empty()) return;
-            handler_(tx, run);
+            handler_(tx, run, companion_rows ? &*companion_rows : nullptr);
+            companion_rows.reset();  // for the transaction's first call only (ConsumerOptions::companion)
             applied += run.size();
             run.clear();
         };
@@ -351,6 +370,7 @@ class Consumer::Impl {
                 if (options_.on_duplicate) {
                     flush();
                     options_.on_duplicate(tx, *record.inbound);
+                    companion_rows.reset();
                 }
                 continue;
             }
@@ -367,7 +387,7 @@ class Consumer::Impl {
             if (options_.on_duplicate) options_.on_duplicate(tx, *record.inbound);
             return false;
         }
-        handler_(tx, {&*record.inbound});
+        handler_(tx, {&*record.inbound}, nullptr);
         return true;
     }
 
@@ -571,12 +591,12 @@ class Consumer::Impl {
 };
 
 Consumer::Consumer(store::ConnectionPool& pool, ConsumerOptions options, EventHandler handler)
-    : Consumer(
-          pool,
-          std::move(options),
-          BatchHandler([handler = std::move(handler)](pqxx::work& tx, const std::vector<const InboundEvent*>& events) {
-              for (const InboundEvent* event : events) handler(tx, *event);
-          })) {}
+    : Consumer(pool,
+               std::move(options),
+               BatchHandler([handler = std::move(handler)](
+                                pqxx::work& tx, const std::vector<const InboundEvent*>& events, const pqxx::result*) {
+                   for (const InboundEvent* event : events) handler(tx, *event);
+               })) {}
 
 Consumer::Consumer(store::ConnectionPool& pool, ConsumerOptions options, BatchHandler handler)
     : impl_(std::make_unique<Impl>(pool, std::move(options), std::move(handler), metrics_, stopping_)) {}

@@ -14,6 +14,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <pqxx/result>
 #include <pqxx/transaction>
 #include <string>
 #include <thread>
@@ -41,8 +43,19 @@ struct InboundEvent {
 // commit together. Throwing rolls all of them back.
 using EventHandler = std::function<void(pqxx::work& tx, const InboundEvent& event)>;
 // The same for several events at once, in their order on the topic: a handler that reads per event
-// can read for all of them with one statement (the engine locks and loads a batch's sagas in two).
-using BatchHandler = std::function<void(pqxx::work& tx, const std::vector<const InboundEvent*>& events)>;
+// can read for all of them with one statement (the engine loads a batch's sagas with one).
+// `companion`: the rows of ConsumerOptions::companion, read with the inbox's statement, each with
+// one more column at the end (the consumer's); nullptr when it did not run for this call, and the
+// handler reads (or locks) for itself.
+using BatchHandler =
+    std::function<void(pqxx::work& tx, const std::vector<const InboundEvent*>& events, const pqxx::result* companion)>;
+
+// A statement of the handler's that the consumer runs inside its inbox statement: a SELECT whose one
+// parameter is `$1`.
+struct InboxCompanion {
+    std::string sql;
+    std::string argument;
+};
 
 struct ConsumerOptions {
     std::string brokers;
@@ -66,6 +79,13 @@ struct ConsumerOptions {
     // one transaction at a time.
     std::function<void()> on_transaction_begin;
     std::function<void()> after_commit;
+    // Optional: given a batch's well-formed events (duplicates included), the statement its handler
+    // needs first (rows to read, locks to take), or nullopt. It rides with the inbox's statement, in
+    // its snapshot: one round trip fewer per batch. Its rows reach the handler only when it is the
+    // transaction's first call: a call after another (a duplicate answered first, an earlier run)
+    // or record by record after a failed batch gets nullptr and reads for itself, since the calls
+    // before may have written what the companion read.
+    std::function<std::optional<InboxCompanion>(const std::vector<const InboundEvent*>& events)> companion;
 };
 
 class Consumer {

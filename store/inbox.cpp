@@ -2,6 +2,7 @@
 
 #include <pqxx/pqxx>
 #include <stdexcept>
+#include <string_view>
 
 #include "core/saga_id.hpp"
 #include "store/prepared.hpp"
@@ -10,18 +11,36 @@ namespace sagaflow::store {
 namespace {
 constexpr const char* kFirstTime = "sagaflow_inbox_first_time";
 constexpr const char* kFreshIds = "sagaflow_inbox_fresh_ids";
+// Not ON CONFLICT: a speculative insert writes a second WAL record (its confirmation) for every
+// row. The primary key still decides a race with a concurrent delivery (see InboxFreshIds).
+std::string FreshIdsInsert(const std::string& consumer, const std::string& ids) {
+    return "INSERT INTO processed_event (consumer_name, event_id) SELECT " + consumer +
+           ", id FROM (SELECT DISTINCT unnest(" + ids +
+           "::uuid[]) AS id) u WHERE NOT EXISTS (SELECT FROM processed_event p WHERE p.consumer_name = " + consumer +
+           " AND p.event_id = u.id) RETURNING event_id::text";
+}
+
+// "{a,b}" of UUIDs (no quoting needed) to its elements.
+std::vector<std::string> SplitUuidArray(std::string_view text) {
+    std::vector<std::string> out;
+    if (text.size() < 2) return out;
+    text = text.substr(1, text.size() - 2);
+    while (!text.empty()) {
+        const auto comma = text.find(',');
+        out.emplace_back(text.substr(0, comma));
+        if (comma == std::string_view::npos) break;
+        text.remove_prefix(comma + 1);
+    }
+    return out;
+}
+
 }  // namespace
 
 void PrepareInbox(pqxx::connection_base& conn) {
     conn.prepare(kFirstTime,
                  "INSERT INTO processed_event (consumer_name, event_id) VALUES ($1, $2::uuid) "
                  "ON CONFLICT DO NOTHING RETURNING 1");
-    // Not ON CONFLICT: a speculative insert writes a second WAL record (its confirmation) for every
-    // row. The primary key still decides a race with a concurrent delivery (see InboxFreshIds).
-    conn.prepare(kFreshIds,
-                 "INSERT INTO processed_event (consumer_name, event_id) SELECT $1, id FROM (SELECT DISTINCT "
-                 "unnest($2::uuid[]) AS id) u WHERE NOT EXISTS (SELECT FROM processed_event p WHERE "
-                 "p.consumer_name = $1 AND p.event_id = u.id) RETURNING event_id::text");
+    conn.prepare(kFreshIds, FreshIdsInsert("$1", "$2"));
 }
 
 bool IsUuid(const std::string& text) {
@@ -44,6 +63,27 @@ std::vector<std::string> InboxFreshIds(pqxx::transaction_base& tx,
         fresh.push_back(row[0].as<std::string>());
     }
     return fresh;
+}
+
+FreshIdsWith InboxFreshIdsWith(pqxx::transaction_base& tx,
+                               const std::string& consumer,
+                               const std::vector<std::string>& event_ids,
+                               const std::string& companion,
+                               const std::string& argument) {
+    // The insert is a data-modifying CTE, so it runs to completion whatever the join reads of it;
+    // the outer join keeps the fresh ids when the companion finds no row. Prepared once per
+    // connection and companion text (store::Exec).
+    const std::string sql = "WITH fresh AS (" + FreshIdsInsert("$2", "$3") +
+                            " AS id) SELECT c.*, f.ids FROM (SELECT coalesce(array_agg(id), '{}') AS ids FROM fresh) "
+                            "f LEFT JOIN (" +
+                            companion + ") c ON true";
+    FreshIdsWith out;
+    out.rows = Exec(tx, sql, argument, consumer, UuidArray(event_ids));
+    if (!out.rows.empty()) {
+        const pqxx::field ids = out.rows[0][static_cast<pqxx::row::size_type>(out.rows.columns() - 1)];
+        out.fresh = SplitUuidArray(std::string_view(ids.c_str(), ids.size()));
+    }
+    return out;
 }
 
 }  // namespace sagaflow::store

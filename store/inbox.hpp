@@ -9,6 +9,7 @@
 // the caller retries, the consumer record by record through InboxFirstTime.
 
 #include <pqxx/connection_base>
+#include <pqxx/result>
 #include <pqxx/transaction_base>
 #include <string>
 #include <vector>
@@ -28,6 +29,22 @@ bool InboxFirstTime(pqxx::transaction_base& tx, const std::string& consumer, con
 std::vector<std::string> InboxFreshIds(pqxx::transaction_base& tx,
                                        const std::string& consumer,
                                        const std::vector<std::string>& event_ids);
+
+// InboxFreshIds with a statement of the caller's riding in the same statement, one round trip
+// fewer: `companion` is a SELECT whose only parameter is `$1` (`argument`), e.g. the rows or locks
+// the events' handler needs first. It runs in the inbox statement's snapshot. `rows` are its rows,
+// each with one more column at the end (the consumer's own); a companion that found nothing still
+// gives one row, all NULL but that last column.
+struct FreshIdsWith {
+    std::vector<std::string> fresh;
+    pqxx::result rows;
+    bool CompanionEmpty() const { return rows.size() == 1 && rows[0][0].is_null(); }
+};
+FreshIdsWith InboxFreshIdsWith(pqxx::transaction_base& tx,
+                               const std::string& consumer,
+                               const std::vector<std::string>& event_ids,
+                               const std::string& companion,
+                               const std::string& argument);
 
 // True when `text` is a UUID in canonical text form (what the inbox accepts as an event id).
 bool IsUuid(const std::string& text);

@@ -10,16 +10,30 @@
 
 namespace sagaflow::detail {
 
-// A batch of replies: their sagas are locked and loaded with two statements, in saga id order,
-// and their writes go out with one statement per table at the end (WriteBatch).
-void ReplyHandler::OnReplies(pqxx::work& tx,
-                             const std::vector<const outbox::InboundEvent*>& events,
-                             SideEffects& side) {
+namespace {
+std::vector<std::string> SagaIdsOf(const std::vector<const outbox::InboundEvent*>& events) {
     std::vector<std::string> ids;
     for (const outbox::InboundEvent* in : events) {
         if (store::IsUuid(in->event.saga_id)) ids.push_back(in->event.saga_id);
     }
-    auto locked = LockSagas(tx, ids, LockMode::kWait);
+    return ids;
+}
+}  // namespace
+
+std::optional<outbox::InboxCompanion> ReplyHandler::LocksFor(const std::vector<const outbox::InboundEvent*>& events) {
+    const auto ids = SagaIdsOf(events);
+    if (ids.empty()) return std::nullopt;
+    return outbox::InboxCompanion{kLockSagasSql, SagaLockKeys(ids)};
+}
+
+// A batch of replies: their sagas are locked and loaded, in saga id order, and their writes go out
+// with one statement per table at the end (WriteBatch). The companion's locks cover every saga of
+// the batch (it was given the duplicates too).
+void ReplyHandler::OnReplies(pqxx::work& tx,
+                             const std::vector<const outbox::InboundEvent*>& events,
+                             const pqxx::result* companion,
+                             SideEffects& side) {
+    auto locked = LockSagas(tx, SagaIdsOf(events), companion != nullptr ? LockMode::kHeld : LockMode::kWait);
     WriteBatch writes;
     for (const outbox::InboundEvent* in : events) OnReply(tx, *in, locked, writes, side);
     side.Latencies(writes.Flush(tx));

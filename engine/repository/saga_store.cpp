@@ -67,26 +67,40 @@ std::optional<long long> SagaLockKey(const std::string& saga_id) {
     return static_cast<long long>(key);
 }
 
-std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
-                                            const std::vector<std::string>& saga_ids,
-                                            LockMode mode) {
-    std::map<std::string, LoadedSaga> sagas;
-    // Locked in key order, so two engines locking overlapping batches cannot deadlock.
+namespace {
+// Locked in key order, so two engines locking overlapping batches cannot deadlock.
+std::map<long long, std::vector<std::string>> ByLockKey(const std::vector<std::string>& saga_ids) {
     std::map<long long, std::vector<std::string>> by_key;
     for (const auto& id : saga_ids) {
         if (const auto key = SagaLockKey(id)) by_key[*key].push_back(id);
     }
-    if (by_key.empty()) return sagas;
+    return by_key;
+}
+
+std::string KeyArray(const std::map<long long, std::vector<std::string>>& by_key) {
     std::vector<long long> keys;
     for (const auto& [key, ids] : by_key) keys.push_back(key);
+    return store::BigintArray(keys);
+}
+}  // namespace
+
+std::string SagaLockKeys(const std::vector<std::string>& saga_ids) {
+    return KeyArray(ByLockKey(saga_ids));
+}
+
+std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
+                                            const std::vector<std::string>& saga_ids,
+                                            LockMode mode) {
+    std::map<std::string, LoadedSaga> sagas;
+    const auto by_key = ByLockKey(saga_ids);
+    if (by_key.empty()) return sagas;
     std::vector<std::string> locked;
-    if (mode == LockMode::kWait) {
-        store::Exec(tx, "SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS k", store::BigintArray(keys));
+    if (mode != LockMode::kSkipLocked) {
+        if (mode == LockMode::kWait) store::Exec(tx, kLockSagasSql, KeyArray(by_key));
         for (const auto& [key, ids] : by_key) locked.insert(locked.end(), ids.begin(), ids.end());
     } else {
-        for (const auto& row : store::Exec(tx,
-                                           "SELECT k FROM unnest($1::bigint[]) AS k WHERE pg_try_advisory_xact_lock(k)",
-                                           store::BigintArray(keys))) {
+        for (const auto& row : store::Exec(
+                 tx, "SELECT k FROM unnest($1::bigint[]) AS k WHERE pg_try_advisory_xact_lock(k)", KeyArray(by_key))) {
             const auto& ids = by_key.at(row[0].as<long long>());
             locked.insert(locked.end(), ids.begin(), ids.end());
         }

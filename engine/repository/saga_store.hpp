@@ -40,7 +40,9 @@ struct TimelineRow {
     nlohmann::json detail = nlohmann::json::object();
 };
 
-enum class LockMode { kWait, kSkipLocked };
+// kHeld: the transaction took the sagas' locks already, with kLockSagasSql (the reply consumer
+// runs it inside its inbox statement).
+enum class LockMode { kWait, kSkipLocked, kHeld };
 
 // A saga's lock is a transaction-scoped advisory lock keyed on the low 64 bits of its id (the random
 // part of a UUID v7), not a row lock: `SELECT ... FOR UPDATE` wrote a WAL record on the saga's row
@@ -51,12 +53,17 @@ std::optional<long long> SagaLockKey(const std::string& saga_id);
 // The same key in SQL, for a saga_id column.
 inline constexpr const char* kSagaLockKeySql = "('x' || right(replace(saga_id::text, '-', ''), 16))::bit(64)::bigint";
 
+// The keys of `saga_ids`' locks, in the order they are taken (key order, so that two engines locking
+// overlapping batches cannot deadlock), as an array parameter for kLockSagasSql.
+std::string SagaLockKeys(const std::vector<std::string>& saga_ids);
+inline constexpr const char* kLockSagasSql = "SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS k";
+
 // The saga with its step phases, locked; nullopt if there is no such saga (or, with kSkipLocked, if
 // another transaction holds it).
 std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode);
 
-// The same for several sagas at once (two statements: the locks, then one read), by saga id; missing ids are not in the
-// map. The ids must be uuids.
+// The same for several sagas at once (two statements: the locks, then one read; one with kHeld), by
+// saga id; missing ids are not in the map. The ids must be uuids.
 std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
                                             const std::vector<std::string>& saga_ids,
                                             LockMode mode);

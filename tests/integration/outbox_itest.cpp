@@ -594,6 +594,86 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
     CHECK(wrong.err.find("is not a dead-letter topic") != std::string::npos);
 }
 
+TEST_CASE("a handler's first statement rides in the inbox statement, in its transaction, before the handler") {
+    // Both kinds of companion: rows and a lock (the engine's), and one that finds nothing.
+    for (const bool finds_rows : {true, false}) {
+        CAPTURE(finds_rows);
+        ConsumerSetup setup{finds_rows ? "itest-companion" : "itest-companion-empty"};
+        std::vector<std::string> values;
+        std::vector<std::string> ids;
+        for (int i = 0; i < 3; ++i) {
+            auto event = TestEvent({{"n", i}});
+            event.id = outbox::NewUuidV7();
+            ids.push_back(event.id);
+            values.push_back(event.ToJson().dump());
+        }
+        values.insert(values.begin() + 2, values[1]);  // a redelivery between two fresh events
+        {
+            using namespace outbox::detail;
+            auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", setup.brokers}}));
+            for (const auto& value : values)
+                REQUIRE(Produce(producer.get(), setup.topic, "saga-1", value, nullptr, nullptr) == 0);
+            REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+        }
+        std::vector<std::size_t> companion_sizes;  // per batch: events the companion was given
+        setup.options.companion = [&](const std::vector<const outbox::InboundEvent*>& events) {
+            companion_sizes.push_back(events.size());
+            return outbox::InboxCompanion{"SELECT k, pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS k" +
+                                              std::string(finds_rows ? "" : " WHERE k < 0"),
+                                          "{4242}"};
+        };
+        int call_in_transaction = 0;
+        setup.options.on_transaction_begin = [&] { call_in_transaction = 0; };
+        setup.options.on_duplicate = [&](pqxx::work&, const outbox::InboundEvent&) { ++call_in_transaction; };
+        int first_calls = 0;
+        int later_calls = 0;
+        std::vector<std::string> problems;
+        outbox::Consumer consumer{
+            *setup.pool,
+            setup.options,
+            outbox::BatchHandler([&](pqxx::work& tx,
+                                     const std::vector<const outbox::InboundEvent*>& events,
+                                     const pqxx::result* companion) {
+                const bool first = call_in_transaction++ == 0;
+                (first ? first_calls : later_calls) += 1;
+                if (first != (companion != nullptr)) problems.push_back("rows given to a call that was not first");
+                if (companion != nullptr && finds_rows) {
+                    // The companion's rows (its two columns, then the consumer's), and its lock held by
+                    // this transaction: it ran in it, before the handler.
+                    if (companion->size() != 1 || companion->columns() != 3 || (*companion)[0][0].as<int>() != 4242) {
+                        problems.push_back("unexpected companion rows");
+                    }
+                    if (tx.exec1("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND "
+                                 "granted AND pid = pg_backend_pid()")[0]
+                            .as<int>() != 1) {
+                        problems.push_back("the companion's lock is not held");
+                    }
+                }
+                if (companion != nullptr && !finds_rows && !companion->empty()) {
+                    problems.push_back("rows from a companion that found none");
+                }
+                for (const auto* in : events) ApplyEffect(tx, *in);
+            })};
+        consumer.Start();
+        const auto& m = consumer.Metrics();
+        CHECK(WaitFor([&] { return m.applied.load() + m.duplicates.load() == 4; }, std::chrono::seconds(60)));
+        consumer.Stop();
+        CHECK_MESSAGE(problems.empty(), (problems.empty() ? std::string() : problems.front()));
+        // The fresh ids came back through the same statement: each event applied once, the
+        // redelivery dropped.
+        CHECK(m.applied.load() == 3);
+        CHECK(m.duplicates.load() == 1);
+        CHECK(Count(setup.db.Url(), "SELECT count(*) FROM effect WHERE applied = 1") == 3);
+        CHECK(first_calls >= 1);
+        // The companion saw every well-formed record, the redelivery too.
+        std::size_t given = 0;
+        for (const auto n : companion_sizes) given += n;
+        CHECK(given == 4);
+        // A redelivery between fresh events in one batch: the call after it reads for itself.
+        if (companion_sizes == std::vector<std::size_t>{4}) CHECK(later_calls == 1);
+    }
+}
+
 TEST_CASE("binary-mode CloudEvents (ce_ headers) are applied like structured ones; other content types are refused") {
     ConsumerSetup setup{"itest-binary"};
     using namespace outbox::detail;
