@@ -327,12 +327,11 @@ class Consumer::Impl {
         }
     }
 
-    // Fresh events go to the handler in runs; a duplicate between them is answered in its place
-    // (a participant's stored reply must follow the first delivery's).
-    // Returns (applied, duplicates), for the metrics once the transaction committed.
-    std::pair<std::uint64_t, std::uint64_t> ApplyInTransaction(pqxx::work& tx,
-                                                               std::vector<Record>& batch,
-                                                               const std::vector<std::string>& ids) {
+    // The inbox statement: the batch's ids seen for the first time, and the rows of the handler's
+    // companion when it has one for this batch (ConsumerOptions::companion).
+    std::pair<std::vector<std::string>, std::optional<pqxx::result>> RecordInInbox(
+        pqxx::work& tx, const std::vector<Record>& batch, const std::vector<std::string>& ids) {
+        if (store::GuardDisabled("inbox")) return {ids, std::nullopt};
         std::optional<InboxCompanion> companion;
         if (options_.companion) {
             std::vector<const InboundEvent*> events;
@@ -341,18 +340,21 @@ class Consumer::Impl {
             }
             companion = options_.companion(events);
         }
-        std::vector<std::string> fresh_ids;
-        std::optional<pqxx::result> companion_rows;
-        if (store::GuardDisabled("inbox")) {
-            fresh_ids = ids;
-        } else if (companion) {
-            auto with = store::InboxFreshIdsWith(tx, options_.inbox_name, ids, companion->sql, companion->argument);
-            fresh_ids = std::move(with.fresh);
-            companion_rows = with.CompanionEmpty() ? pqxx::result{} : std::move(with.rows);
-        } else {
-            fresh_ids = store::InboxFreshIds(tx, options_.inbox_name, ids);
-        }
-        std::set<std::string> fresh(fresh_ids.begin(), fresh_ids.end());
+        if (!companion) return {store::InboxFreshIds(tx, options_.inbox_name, ids), std::nullopt};
+        auto with = store::InboxFreshIdsWith(tx, options_.inbox_name, ids, companion->sql, companion->argument);
+        const bool empty = with.CompanionEmpty();
+        return {std::move(with.fresh), empty ? pqxx::result{} : std::move(with.rows)};
+    }
+
+    // Fresh events go to the handler in runs; a duplicate between them is answered in its place
+    // (a participant's stored reply must follow the first delivery's).
+    // Returns (applied, duplicates), for the metrics once the transaction committed.
+    std::pair<std::uint64_t, std::uint64_t> ApplyInTransaction(pqxx::work& tx,
+                                                               std::vector<Record>& batch,
+                                                               const std::vector<std::string>& ids) {
+        auto inbox = RecordInInbox(tx, batch, ids);
+        std::set<std::string> fresh(inbox.first.begin(), inbox.first.end());
+        std::optional<pqxx::result>& companion_rows = inbox.second;
         std::vector<const InboundEvent*> run;
         std::uint64_t applied = 0;
         std::uint64_t duplicates = 0;

@@ -74,6 +74,26 @@ struct ConsumerSetup {
     }
 };
 
+// `n` well-formed events (values as the relay sends them), their ids appended to `ids`.
+std::vector<std::string> TestEventValues(int n, std::vector<std::string>& ids) {
+    std::vector<std::string> values;
+    for (int i = 0; i < n; ++i) {
+        auto event = TestEvent({{"n", i}});
+        event.id = outbox::NewUuidV7();
+        ids.push_back(event.id);
+        values.push_back(event.ToJson().dump());
+    }
+    return values;
+}
+
+// Produces `values` under one key (one partition, in this order) and waits for the broker's acks.
+void ProduceAll(const std::string& brokers, const std::string& topic, const std::vector<std::string>& values) {
+    using namespace outbox::detail;
+    auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", brokers}}));
+    for (const auto& value : values) REQUIRE(Produce(producer.get(), topic, "saga-1", value, nullptr, nullptr) == 0);
+    REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+}
+
 // The handler's effect: counts each application of an event.
 void ApplyEffect(pqxx::work& tx, const outbox::InboundEvent& in) {
     tx.exec_params(
@@ -489,14 +509,8 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
     store::ConnectionPool& pool = *setup.pool;
     outbox::ConsumerOptions& options = setup.options;
 
-    std::vector<std::string> values;
     std::vector<std::string> good_ids;
-    for (int i = 0; i < 3; ++i) {
-        auto event = TestEvent({{"n", i}});
-        event.id = outbox::NewUuidV7();
-        good_ids.push_back(event.id);
-        values.push_back(event.ToJson().dump());
-    }
+    std::vector<std::string> values = TestEventValues(3, good_ids);
     values.push_back(values[1]);  // duplicate deliveries
     values.push_back(values[1]);
     values.push_back("not json at all");
@@ -504,13 +518,7 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
     auto poison = TestEvent({{"poison", true}});
     poison.id = outbox::NewUuidV7();
     values.push_back(poison.ToJson().dump());
-    {
-        using namespace outbox::detail;
-        auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", brokers}}));
-        for (const auto& value : values)
-            REQUIRE(Produce(producer.get(), topic, "saga-1", value, nullptr, nullptr) == 0);
-        REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
-    }
+    ProduceAll(brokers, topic, values);
 
     options.max_handler_attempts = 3;
     // A side effect of the handler (a metric, say), gathered in its transaction and kept only once
@@ -599,22 +607,10 @@ TEST_CASE("a handler's first statement rides in the inbox statement, in its tran
     for (const bool finds_rows : {true, false}) {
         CAPTURE(finds_rows);
         ConsumerSetup setup{finds_rows ? "itest-companion" : "itest-companion-empty"};
-        std::vector<std::string> values;
         std::vector<std::string> ids;
-        for (int i = 0; i < 3; ++i) {
-            auto event = TestEvent({{"n", i}});
-            event.id = outbox::NewUuidV7();
-            ids.push_back(event.id);
-            values.push_back(event.ToJson().dump());
-        }
+        std::vector<std::string> values = TestEventValues(3, ids);
         values.insert(values.begin() + 2, values[1]);  // a redelivery between two fresh events
-        {
-            using namespace outbox::detail;
-            auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", setup.brokers}}));
-            for (const auto& value : values)
-                REQUIRE(Produce(producer.get(), setup.topic, "saga-1", value, nullptr, nullptr) == 0);
-            REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
-        }
+        ProduceAll(setup.brokers, setup.topic, values);
         std::vector<std::size_t> companion_sizes;  // per batch: events the companion was given
         setup.options.companion = [&](const std::vector<const outbox::InboundEvent*>& events) {
             companion_sizes.push_back(events.size());
