@@ -194,6 +194,15 @@ class Participant::Impl {
         // participant drained a backlog in the consumer's batches of 200.
         options.batch_size = std::min(options.batch_size, kMaxCommandsPerTransaction);
         options.on_duplicate = [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnCommand(tx, in); };
+        options.on_transaction_begin = [this] { pending_ = {}; };
+        options.after_commit = [this] {
+            applied_ += pending_.applied;
+            replayed_ += pending_.replayed;
+            null_compensations_ += pending_.null_compensations;
+            refused_late_actions_ += pending_.refused_late_actions;
+            retries_ += pending_.retries;
+            pending_ = {};
+        };
         options.companion = StoredRowsRead;
         parts_.StartConsumer(options,
                              [this](pqxx::work& tx,
@@ -348,13 +357,13 @@ class Participant::Impl {
             if (store::GuardDisabled("reanswer")) return;
             if (batch != nullptr) Flush(tx, *batch);  // replies leave in the order of their commands
             if (stored->status == "refused" && stored->reply_event_id.empty()) {
-                ++refused_late_actions_;
+                ++pending_.refused_late_actions;
                 spdlog::warn("participant {}: action {} of saga {} arrived after its compensation; refused",
                              config_.name,
                              command.step_name,
                              command.saga_id);
             } else {
-                ++replayed_;
+                ++pending_.replayed;
             }
             Resend(tx, command, nlohmann::json::parse(stored->reply), stored->reply_event_id);
             return;
@@ -398,13 +407,13 @@ class Participant::Impl {
             tx.exec("RELEASE SAVEPOINT sagaflow_handler");
         }
         if (reply.outcome == StepReply::Outcome::kRetry) {
-            ++retries_;
+            ++pending_.retries;
             Reply(tx, command, reply, batch);
             return;
         }
         ReplyAndStore(
             tx, command, reply.outcome == StepReply::Outcome::kSuccess ? "succeeded" : "failed", reply, batch);
-        ++applied_;
+        ++pending_.applied;
     }
 
     void NullCompensation(pqxx::work& tx, const Command& command, bool action_never_seen, Batch* batch) {
@@ -419,7 +428,7 @@ class Participant::Impl {
         }
         const StepReply reply = StepReply::Success({{"nullCompensation", true}});
         ReplyAndStore(tx, command, "null_compensation", reply, batch);
-        ++null_compensations_;
+        ++pending_.null_compensations;
     }
 
     static nlohmann::json ReplyData(const StepReply& reply) {
@@ -514,6 +523,13 @@ class Participant::Impl {
     std::vector<std::function<void(Transaction&)>> setups_;
     outbox::Runtime parts_;  // pool, relay, command consumer
     std::atomic<std::uint64_t> applied_{0}, replayed_{0}, null_compensations_{0}, refused_late_actions_{0}, retries_{0};
+    // What the transaction in progress counted, added to the metrics above once it commits: a batch
+    // that rolls back and is applied again record by record counts once. Touched on the pool
+    // thread that runs the consumer's transaction, one transaction at a time.
+    struct Counts {
+        std::uint64_t applied = 0, replayed = 0, null_compensations = 0, refused_late_actions = 0, retries = 0;
+    };
+    Counts pending_;
 };
 
 Participant::Participant(ParticipantConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}

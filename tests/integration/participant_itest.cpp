@@ -32,6 +32,7 @@ struct ParticipantRig {
     std::atomic<int> charges{0};
     std::atomic<int> refunds{0};
     std::atomic<int> flaky_calls{0};
+    std::atomic<int> boom_calls{0};
     std::mutex trace_mutex;
     std::string charge_trace;  // the traceparent and tracestate the last charge handler saw
     // The planner settings each handler's SQL ran with ("plan_cache_mode enable_seqscan"): the
@@ -67,6 +68,12 @@ struct ParticipantRig {
         participant->OnCompensation("Refund.v1", [this](Transaction& tx, const Command& c) {
             ++refunds;
             tx.Execute("INSERT INTO effect VALUES ($1::uuid, 'refund', 0)", {c.saga_id});
+            return StepReply::Success();
+        });
+        // Throws on its first call: the batch it is in rolls back and is applied record by record.
+        participant->OnAction("Boom.v1", [this](Transaction& tx, const Command& c) {
+            tx.Execute("INSERT INTO effect VALUES ($1::uuid, 'boom', 0)", {c.saga_id});
+            if (++boom_calls == 1) throw std::runtime_error("boom");
             return StepReply::Success();
         });
         // Fails transiently on its first call, after writing: the write must not survive.
@@ -271,6 +278,22 @@ TEST_CASE("commands taken as one burst get the answers they get one by one") {
     CHECK(m.refused_late_actions == 1);
     CHECK(m.retries == 1);
     CHECK(Count(rig.SvcUrl(), "SELECT count(DISTINCT processed_at) FROM processed_event") < 7);
+}
+
+TEST_CASE("a batch that rolls back and is applied record by record counts each command once") {
+    ParticipantRig rig(false);
+    outbox::EnsureTopicsBlocking(rig.brokers, {}, {rig.name + ".commands"}, 1);
+    const auto a = outbox::NewUuidV7(), b = outbox::NewUuidV7();
+    rig.Send(MakeCommand(a, "charge", "action", "Charge.v1", {{"amount", 5}}));
+    rig.Send(MakeCommand(b, "boom", "action", "Boom.v1"));
+    rig.participant->Start();
+    REQUIRE(rig.Replies(2).size() == 2);
+    CHECK(rig.charges == 2);  // the handler ran in the batch that rolled back, then on its own
+    CHECK(rig.boom_calls == 2);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect") == 2);  // one charge, one boom
+    // The metrics count what committed: the rolled-back batch's charge is not counted.
+    CHECK(WaitFor([&] { return rig.participant->Metrics().applied >= 2; }, std::chrono::seconds(10)));
+    CHECK(rig.participant->Metrics().applied == 2);
 }
 
 TEST_CASE("a backlog is taken in transactions of at most 64 commands (each handler is a subtransaction)") {
