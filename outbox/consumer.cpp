@@ -130,16 +130,17 @@ class Consumer::Impl {
                 backoff.count());
             detail::SleepUnless(stopping_, backoff);
             if (stopping_.load()) break;
-            rd_kafka_consumer_close(consumer_.get());
+            Close();
             consumer_.reset();
             metrics_.assigned = 0;
             consumer_ = MakeConsumer();
+            assigned_once_ = false;
             fatal_.clear();
             last_restart = std::chrono::steady_clock::now();
             ++metrics_.restarts;
             subscribed = Subscribe();
         }
-        rd_kafka_consumer_close(consumer_.get());
+        Close();
         rd_kafka_flush(dlq_.get(), 5000);
     }
 
@@ -148,6 +149,23 @@ class Consumer::Impl {
     static constexpr std::chrono::milliseconds kMaxRestartDelay{30'000};
     static constexpr std::chrono::milliseconds kFirstStallDelay{250};
     static constexpr std::chrono::milliseconds kMaxStallDelay{5000};
+    static constexpr std::chrono::milliseconds kFirstAssignmentWait{10'000};
+
+    // librdkafka 2.0.2 aborts the process (an assertion in the cooperative-sticky assignor,
+    // librdkafka issue 4312, fixed in 2.3.0) when a consumer is destroyed after its group chose the
+    // assignor and before its first assignment arrived: a process stopped in the first seconds of
+    // its join. A consumer in that window waits for its assignment (at most kFirstAssignmentWait)
+    // before it closes; what it polls meanwhile is neither applied nor stored, so it is read again.
+    void Close() {
+        if (!assigned_once_ && fatal_.empty() &&
+            std::string_view(rd_kafka_rebalance_protocol(consumer_.get())) == "COOPERATIVE") {
+            const auto deadline = std::chrono::steady_clock::now() + kFirstAssignmentWait;
+            while (!assigned_once_ && std::chrono::steady_clock::now() < deadline) {
+                detail::MessagePtr ignored{rd_kafka_consumer_poll(consumer_.get(), 100)};
+            }
+        }
+        rd_kafka_consumer_close(consumer_.get());
+    }
 
     // The database cannot take work (out of disk, restarting, read-only): the rewound batch waits
     // and is read again, however long that lasts; no record is dead-lettered for it. Logged when
@@ -544,6 +562,7 @@ class Consumer::Impl {
         } else if (eager_err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             spdlog::warn("consumer {}: assign failed: {}", options_.group_id, detail::ErrorText(eager_err));
         }
+        if (assign) assigned_once_ = true;  // an empty assignment too (Close)
         if (cooperative) {
             metrics_.assigned += assign ? partitions->cnt : -partitions->cnt;
         } else {
@@ -588,7 +607,8 @@ class Consumer::Impl {
     std::optional<std::chrono::steady_clock::time_point> stalled_since_;  // set while the database stalls us
     store::FailureLogLimit stall_log_;                                    // when the stall is logged again (every 30 s)
     std::chrono::milliseconds stall_delay_{kFirstStallDelay};
-    std::string fatal_;  // the consumer's fatal error, when it has raised one (consumer thread only)
+    std::string fatal_;           // the consumer's fatal error, when it has raised one (consumer thread only)
+    bool assigned_once_ = false;  // this client has had an assignment, maybe empty (consumer thread only)
     std::uint64_t unflushed_dead_letters_ = 0;  // consumer thread only
 };
 
