@@ -161,7 +161,8 @@ class Consumer::Impl {
             std::string_view(rd_kafka_rebalance_protocol(consumer_.get())) == "COOPERATIVE") {
             const auto deadline = std::chrono::steady_clock::now() + kFirstAssignmentWait;
             while (!assigned_once_ && std::chrono::steady_clock::now() < deadline) {
-                detail::MessagePtr ignored{rd_kafka_consumer_poll(consumer_.get(), 100)};
+                const detail::MessagePtr ignored{rd_kafka_consumer_poll(consumer_.get(), 100)};
+                if (ignored && ignored->err == RD_KAFKA_RESP_ERR__FATAL) break;  // no assignment will come
             }
         }
         rd_kafka_consumer_close(consumer_.get());

@@ -9,7 +9,9 @@
 #include <pqxx/pqxx>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "outbox/admin.hpp"
 #include "outbox/consumer.hpp"
@@ -201,6 +203,7 @@ class Participant::Impl {
             null_compensations_ += pending_.null_compensations;
             refused_late_actions_ += pending_.refused_late_actions;
             retries_ += pending_.retries;
+            for (const auto& warning : pending_.warnings) spdlog::warn("{}", warning);
             pending_ = {};
         };
         options.companion = StoredRowsRead;
@@ -337,10 +340,11 @@ class Participant::Impl {
     void OnCommand(pqxx::work& tx, const outbox::InboundEvent& in, Batch* batch = nullptr) {
         const outbox::CloudEvent& e = in.event;
         if (!IsCommand(e)) {
-            spdlog::warn("participant {}: event {} ({}) is not a saga command (sagaid, stepname, phase); ignored",
-                         config_.name,
-                         e.id,
-                         e.type);
+            pending_.warnings.push_back(
+                fmt::format("participant {}: event {} ({}) is not a saga command (sagaid, stepname, phase); ignored",
+                            config_.name,
+                            e.id,
+                            e.type));
             return;
         }
         const Command command{e.saga_id, e.step_name, e.phase, e.type, e.id, e.data, e.traceparent, e.tracestate};
@@ -358,10 +362,11 @@ class Participant::Impl {
             if (batch != nullptr) Flush(tx, *batch);  // replies leave in the order of their commands
             if (stored->status == "refused" && stored->reply_event_id.empty()) {
                 ++pending_.refused_late_actions;
-                spdlog::warn("participant {}: action {} of saga {} arrived after its compensation; refused",
-                             config_.name,
-                             command.step_name,
-                             command.saga_id);
+                pending_.warnings.push_back(
+                    fmt::format("participant {}: action {} of saga {} arrived after its compensation; refused",
+                                config_.name,
+                                command.step_name,
+                                command.saga_id));
             } else {
                 ++pending_.replayed;
             }
@@ -523,11 +528,13 @@ class Participant::Impl {
     std::vector<std::function<void(Transaction&)>> setups_;
     outbox::Runtime parts_;  // pool, relay, command consumer
     std::atomic<std::uint64_t> applied_{0}, replayed_{0}, null_compensations_{0}, refused_late_actions_{0}, retries_{0};
-    // What the transaction in progress counted, added to the metrics above once it commits: a batch
-    // that rolls back and is applied again record by record counts once. Touched on the pool
-    // thread that runs the consumer's transaction, one transaction at a time.
+    // What the transaction in progress counted and would log, added to the metrics above and logged
+    // once it commits: a batch that rolls back and is applied again record by record counts and
+    // logs once. Touched on the pool thread that runs the consumer's transaction, one transaction
+    // at a time.
     struct Counts {
         std::uint64_t applied = 0, replayed = 0, null_compensations = 0, refused_late_actions = 0, retries = 0;
+        std::vector<std::string> warnings;
     };
     Counts pending_;
 };
