@@ -293,23 +293,37 @@ class Consumer::Impl {
             if (record.inbound) ids.push_back(record.inbound->event.id);
         }
         if (ids.empty()) return;
-        try {
-            pool_.RunBlocking([&](pqxx::connection& conn) {
-                pqxx::work tx{conn};
-                if (options_.on_transaction_begin) options_.on_transaction_begin();
-                const auto [applied, duplicates] = ApplyInTransaction(tx, batch, ids);
-                tx.commit();
-                metrics_.applied += applied;
-                metrics_.duplicates += duplicates;
-                if (options_.after_commit) options_.after_commit();
-            });
-            return;
-        } catch (const store::PoolStopped&) {
-            throw;  // stopping: the batch is read again after the restart
-        } catch (const std::exception& e) {
-            if (store::IsTransientDatabaseError(e)) throw;  // the database's fault, not a record's: Stall
-            spdlog::warn(
-                "consumer {}: batch transaction failed ({}); retrying record by record", options_.group_id, e.what());
+        for (bool with_companion = true;;) {
+            try {
+                pool_.RunBlocking([&](pqxx::connection& conn) {
+                    pqxx::work tx{conn};
+                    if (options_.on_transaction_begin) options_.on_transaction_begin();
+                    const auto [applied, duplicates] = ApplyInTransaction(tx, batch, ids, with_companion);
+                    tx.commit();
+                    metrics_.applied += applied;
+                    metrics_.duplicates += duplicates;
+                    if (options_.after_commit) options_.after_commit();
+                });
+                return;
+            } catch (const ApplyBatchAgain& e) {
+                if (with_companion) {
+                    spdlog::debug(
+                        "consumer {}: batch applied again without the companion ({})", options_.group_id, e.what());
+                    with_companion = false;
+                    continue;
+                }
+                spdlog::warn("consumer {}: batch transaction failed ({}); retrying record by record",
+                             options_.group_id,
+                             e.what());
+            } catch (const store::PoolStopped&) {
+                throw;  // stopping: the batch is read again after the restart
+            } catch (const std::exception& e) {
+                if (store::IsTransientDatabaseError(e)) throw;  // the database's fault, not a record's: Stall
+                spdlog::warn("consumer {}: batch transaction failed ({}); retrying record by record",
+                             options_.group_id,
+                             e.what());
+            }
+            break;
         }
         for (auto& record : batch) {
             if (!record.inbound) continue;
@@ -348,11 +362,13 @@ class Consumer::Impl {
 
     // The inbox statement: the batch's ids seen for the first time, and the rows of the handler's
     // companion when it has one for this batch (ConsumerOptions::companion).
-    std::pair<std::vector<std::string>, std::optional<pqxx::result>> RecordInInbox(
-        pqxx::work& tx, const std::vector<Record>& batch, const std::vector<std::string>& ids) {
+    std::pair<std::vector<std::string>, std::optional<pqxx::result>> RecordInInbox(pqxx::work& tx,
+                                                                                   const std::vector<Record>& batch,
+                                                                                   const std::vector<std::string>& ids,
+                                                                                   bool with_companion) {
         if (store::GuardDisabled("inbox")) return {ids, std::nullopt};
         std::optional<InboxCompanion> companion;
-        if (options_.companion) {
+        if (options_.companion && with_companion) {
             std::vector<const InboundEvent*> events;
             for (const auto& record : batch) {
                 if (record.inbound) events.push_back(&*record.inbound);
@@ -360,7 +376,8 @@ class Consumer::Impl {
             companion = options_.companion(events);
         }
         if (!companion) return {store::InboxFreshIds(tx, options_.inbox_name, ids), std::nullopt};
-        auto with = store::InboxFreshIdsWith(tx, options_.inbox_name, ids, companion->sql, companion->argument);
+        auto with = store::InboxFreshIdsWith(
+            tx, options_.inbox_name, ids, companion->sql, companion->arguments, companion->settings);
         const bool empty = with.CompanionEmpty();
         return {std::move(with.fresh), empty ? pqxx::result{} : std::move(with.rows)};
     }
@@ -370,8 +387,9 @@ class Consumer::Impl {
     // Returns (applied, duplicates), for the metrics once the transaction committed.
     std::pair<std::uint64_t, std::uint64_t> ApplyInTransaction(pqxx::work& tx,
                                                                std::vector<Record>& batch,
-                                                               const std::vector<std::string>& ids) {
-        auto inbox = RecordInInbox(tx, batch, ids);
+                                                               const std::vector<std::string>& ids,
+                                                               bool with_companion) {
+        auto inbox = RecordInInbox(tx, batch, ids, with_companion);
         std::set<std::string> fresh(inbox.first.begin(), inbox.first.end());
         std::optional<pqxx::result>& companion_rows = inbox.second;
         std::vector<const InboundEvent*> run;

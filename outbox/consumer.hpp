@@ -17,6 +17,7 @@
 #include <optional>
 #include <pqxx/result>
 #include <pqxx/transaction>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -50,11 +51,23 @@ using EventHandler = std::function<void(pqxx::work& tx, const InboundEvent& even
 using BatchHandler =
     std::function<void(pqxx::work& tx, const std::vector<const InboundEvent*>& events, const pqxx::result* companion)>;
 
-// A statement of the handler's that the consumer runs inside its inbox statement: a SELECT whose one
-// parameter is `$1`.
+// A statement of the handler's that the consumer runs inside its inbox statement: a SELECT whose
+// parameters `$1`, `$2`, ... are `arguments`, in their text form. `settings`, optional: `set_config(name, value, true)`
+// calls, comma-separated, that the statement evaluates once, so they hold for the rest of the transaction (SET LOCAL
+// without a round trip of its own; store::InboxFreshIdsWith).
 struct InboxCompanion {
     std::string sql;
-    std::string argument;
+    std::vector<std::string> arguments;
+    std::string settings;
+};
+
+// Thrown by a BatchHandler from the transaction's first call, the one given the companion's rows,
+// to have the batch applied once more: the transaction rolls back, and a new one applies the same
+// records without the companion (every call gets nullptr). What the first call relied on the
+// companion for — no savepoint of its own before it wrote, say — the second attempt does not. A
+// second throw is a failure of the batch like any other (record by record follows).
+struct ApplyBatchAgain : std::runtime_error {
+    using std::runtime_error::runtime_error;
 };
 
 struct ConsumerOptions {

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "outbox/admin.hpp"
@@ -259,6 +260,11 @@ class Participant::Impl {
         // A handler of this batch left its savepoint open (released by the next handler's
         // SAVEPOINT, or by the COMMIT).
         bool savepoint_open = false;
+        // The batch's first attempt, given the companion's rows: its statement set the user's
+        // planner settings for the transaction, and its first handler runs without a savepoint
+        // (RunHandler).
+        bool first_attempt = false;
+        bool savepoint_free = false;
         bool Empty() const { return replies.Rows() == 0; }
     };
 
@@ -282,7 +288,8 @@ class Participant::Impl {
             "SELECT saga_id::text, step_name, phase, status, reply::text, coalesce(reply_event_id::text, '') FROM "
             "participant_step WHERE saga_id = ANY($1::uuid[]) ORDER BY participant_step.saga_id, step_name, phase "
             "FOR UPDATE",
-            store::UuidArray(sagas)};
+            {store::UuidArray(sagas)},
+            store::kUserStatementPlansCalls};
     }
 
     // `companion`: StoredRowsRead's rows, read with the inbox statement; nullptr: read them here.
@@ -290,6 +297,10 @@ class Participant::Impl {
                     const std::vector<const outbox::InboundEvent*>& events,
                     const pqxx::result* companion) {
         Batch batch;
+        if (companion != nullptr) {
+            batch.first_attempt = batch.savepoint_free = true;
+            redo_retry_.reset();  // a new batch: a Retry remembered for another attempt is stale
+        }
         for (const outbox::InboundEvent* in : events) {
             const auto& e = in->event;
             if (!IsCommand(e)) continue;
@@ -301,7 +312,7 @@ class Participant::Impl {
             std::optional<pqxx::result> read;
             if (companion == nullptr) {
                 const auto statement = StoredRowsRead(events);
-                read = store::Exec(tx, statement->sql, statement->argument);
+                read = store::ExecTexts(tx, statement->sql, statement->arguments);
             }
             for (const auto& row : companion != nullptr ? *companion : *read) {
                 const auto it = batch.loaded.find(
@@ -389,27 +400,14 @@ class Participant::Impl {
                   batch);
             return;
         }
-        // A savepoint, so that a Retry answer leaves nothing behind. (Plain SQL: libpqxx 6.4's
-        // subtransaction opens its savepoint lazily, and not for exec_params.) In a batch the
-        // savepoint stays open after the handler: the next handler's one round trip releases it
-        // and opens its own (a simple query may hold both), and the COMMIT releases the last —
-        // one round trip per handler instead of two. Alone (a duplicate's handler between the
-        // batch's runs) a handler releases its own, so the batch's stays the newest of the name.
-        // The same round trip hands the planner back to the server's settings for the user's SQL
-        // (the batch's read before ran on sagaflow's: store::UseOwnStatementPlans); the rest of the
-        // transaction keeps them (its writes, and a duplicate's lookup by the whole primary key, plan
-        // alike either way).
-        const bool release_first = batch != nullptr && batch->savepoint_open;
-        tx.exec(std::string(store::kUserStatementPlans) +
-                (release_first ? "RELEASE SAVEPOINT sagaflow_handler; SAVEPOINT sagaflow_handler"
-                               : "SAVEPOINT sagaflow_handler"));
-        if (batch != nullptr) batch->savepoint_open = true;
-        Transaction handler_tx{static_cast<pqxx::transaction_base*>(&tx)};
-        const StepReply reply = handler->second(handler_tx, command);
-        if (reply.outcome == StepReply::Outcome::kRetry) {
-            tx.exec("ROLLBACK TO SAVEPOINT sagaflow_handler");  // the savepoint itself stays
-        } else if (batch == nullptr) {
-            tx.exec("RELEASE SAVEPOINT sagaflow_handler");
+        StepReply reply;
+        if (redo_retry_ && redo_retry_->first == command.event_id) {
+            // The batch's first attempt ran this handler without a savepoint, and it answered Retry
+            // (RunHandler): the same answer, not a second call of the handler.
+            reply = std::move(redo_retry_->second);
+            redo_retry_.reset();
+        } else {
+            reply = RunHandler(tx, handler->second, command, batch);
         }
         if (reply.outcome == StepReply::Outcome::kRetry) {
             ++pending_.retries;
@@ -419,6 +417,51 @@ class Participant::Impl {
         ReplyAndStore(
             tx, command, reply.outcome == StepReply::Outcome::kSuccess ? "succeeded" : "failed", reply, batch);
         ++pending_.applied;
+    }
+
+    // Runs the handler in a savepoint of its own, so that a Retry answer leaves nothing behind.
+    // (Plain SQL: libpqxx 6.4's subtransaction opens its savepoint lazily, and not for
+    // exec_params.) In a batch the savepoint stays open after the handler: the next handler's one
+    // round trip releases it and opens its own (a simple query may hold both), and the COMMIT
+    // releases the last — one round trip per handler instead of two. Alone (a duplicate's handler
+    // between the batch's runs) a handler releases its own, so the batch's stays the newest of
+    // the name. The same round trip hands the planner back to the server's settings for the user's
+    // SQL (the batch's read before ran on sagaflow's: store::UseOwnStatementPlans); the rest of the
+    // transaction keeps them (its writes, and a duplicate's lookup by the whole primary key, plan
+    // alike either way).
+    //
+    // The first handler of a batch's first attempt needs neither round trip: the companion
+    // statement set the planner settings, and nothing the transaction did before the handler
+    // needs keeping if it answers Retry — the batch's replays and null compensations are redone
+    // from the stored rows. So that answer rolls the whole batch back (ApplyBatchAgain) and is
+    // remembered for the second attempt, which takes savepoints and does not call this handler
+    // again. At half load most batches hold one command: this saves a round trip per command.
+    StepReply RunHandler(pqxx::work& tx, const CommandHandler& handler, const Command& command, Batch* batch) {
+        const bool savepoint = batch == nullptr || !batch->savepoint_free;
+        if (savepoint) {
+            const bool release_first = batch != nullptr && batch->savepoint_open;
+            const bool plans_set = batch != nullptr && batch->first_attempt;
+            tx.exec((plans_set ? std::string() : store::kUserStatementPlans) +
+                    (release_first ? "RELEASE SAVEPOINT sagaflow_handler; SAVEPOINT sagaflow_handler"
+                                   : "SAVEPOINT sagaflow_handler"));
+            if (batch != nullptr) batch->savepoint_open = true;
+        } else {
+            batch->savepoint_free = false;
+        }
+        Transaction handler_tx{static_cast<pqxx::transaction_base*>(&tx)};
+        StepReply reply = handler(handler_tx, command);
+        if (!savepoint) {
+            if (reply.outcome == StepReply::Outcome::kRetry) {
+                redo_retry_.emplace(command.event_id, reply);
+                throw outbox::ApplyBatchAgain("the handler of " + command.phase + " " + command.type + " of saga " +
+                                              command.saga_id + " answered Retry without a savepoint");
+            }
+        } else if (reply.outcome == StepReply::Outcome::kRetry) {
+            tx.exec("ROLLBACK TO SAVEPOINT sagaflow_handler");  // the savepoint itself stays
+        } else if (batch == nullptr) {
+            tx.exec("RELEASE SAVEPOINT sagaflow_handler");
+        }
+        return reply;
     }
 
     void NullCompensation(pqxx::work& tx, const Command& command, bool action_never_seen, Batch* batch) {
@@ -537,6 +580,9 @@ class Participant::Impl {
         std::vector<std::string> warnings;
     };
     Counts pending_;
+    // (command event id, answer): a Retry of a handler run without a savepoint, for the batch's
+    // second attempt (RunHandler). Same thread as `pending_`.
+    std::optional<std::pair<std::string, StepReply>> redo_retry_;
 };
 
 Participant::Participant(ParticipantConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}

@@ -69,16 +69,24 @@ FreshIdsWith InboxFreshIdsWith(pqxx::transaction_base& tx,
                                const std::string& consumer,
                                const std::vector<std::string>& event_ids,
                                const std::string& companion,
-                               const std::string& argument) {
+                               const std::vector<std::string>& arguments,
+                               const std::string& settings) {
     // The insert is a data-modifying CTE, so it runs to completion whatever the join reads of it;
     // the outer join keeps the fresh ids when the companion finds no row. Prepared once per
-    // connection and companion text (store::Exec).
-    const std::string sql = "WITH fresh AS (" + FreshIdsInsert("$2", "$3") +
-                            " AS id) SELECT c.*, f.ids FROM (SELECT coalesce(array_agg(id), '{}') AS ids FROM fresh) "
-                            "f LEFT JOIN (" +
+    // connection and companion text (store::Exec). The settings are volatile calls in the one-row
+    // aggregate's output: PostgreSQL evaluates them once and keeps them although nothing reads them.
+    // The companion's parameters come first, as it numbers them; the inbox's follow.
+    const std::string consumer_param = "$" + std::to_string(arguments.size() + 1);
+    const std::string ids_param = "$" + std::to_string(arguments.size() + 2);
+    const std::string sql = "WITH fresh AS (" + FreshIdsInsert(consumer_param, ids_param) +
+                            " AS id) SELECT c.*, f.ids FROM (SELECT coalesce(array_agg(id), '{}') AS ids" +
+                            (settings.empty() ? std::string() : ", " + settings) + " FROM fresh) f LEFT JOIN (" +
                             companion + ") c ON true";
     FreshIdsWith out;
-    out.rows = Exec(tx, sql, argument, consumer, UuidArray(event_ids));
+    std::vector<std::string> params = arguments;
+    params.push_back(consumer);
+    params.push_back(UuidArray(event_ids));
+    out.rows = ExecTexts(tx, sql, params);
     if (!out.rows.empty()) {
         const pqxx::field ids = out.rows[0][static_cast<pqxx::row::size_type>(out.rows.columns() - 1)];
         out.fresh = SplitUuidArray(std::string_view(ids.c_str(), ids.size()));

@@ -31,10 +31,12 @@ std::vector<std::string> InboxFreshIds(pqxx::transaction_base& tx,
                                        const std::vector<std::string>& event_ids);
 
 // InboxFreshIds with a statement of the caller's riding in the same statement, one round trip
-// fewer: `companion` is a SELECT whose only parameter is `$1` (`argument`), e.g. the rows or locks
+// fewer: `companion` is a SELECT whose parameters `$1`, `$2`, ... are `arguments`, e.g. the rows or locks
 // the events' handler needs first. It runs in the inbox statement's snapshot. `rows` are its rows,
 // each with one more column at the end (the consumer's own); a companion that found nothing still
-// gives one row, all NULL but that last column.
+// gives one row, all NULL but that last column. `settings`, when not empty, is a list of
+// `set_config(name, value, true)` calls the statement evaluates once, whatever the companion finds:
+// they hold for the rest of the transaction, as SET LOCAL would (a NULL value: the session's default).
 struct FreshIdsWith {
     std::vector<std::string> fresh;
     pqxx::result rows;
@@ -44,7 +46,8 @@ FreshIdsWith InboxFreshIdsWith(pqxx::transaction_base& tx,
                                const std::string& consumer,
                                const std::vector<std::string>& event_ids,
                                const std::string& companion,
-                               const std::string& argument);
+                               const std::vector<std::string>& arguments,
+                               const std::string& settings = {});
 
 // True when `text` is a UUID in canonical text form (what the inbox accepts as an event id).
 bool IsUuid(const std::string& text);

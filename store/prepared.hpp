@@ -41,11 +41,15 @@ std::string PreparedName(pqxx::connection_base& conn, const std::string& sql);
 // too, for its bookkeeping; its handlers run the user's SQL, after kUserStatementPlans.
 void UseOwnStatementPlans(pqxx::connection_base& conn);
 
-// Prefix of a simple query: the rest of the transaction plans as the server is configured (the
-// user's SQL in a participant's handler and setup), not as UseOwnStatementPlans says. `TO
-// DEFAULT` is the value the session started with; a savepoint rolled back to keeps it.
-inline constexpr const char* kUserStatementPlans =
-    "SET LOCAL enable_seqscan TO DEFAULT; SET LOCAL plan_cache_mode TO DEFAULT; SET LOCAL jit TO DEFAULT; ";
+// The settings UseOwnStatementPlans changes, back to the session's defaults (a NULL value is `TO
+// DEFAULT`) for the rest of the transaction, as SET LOCAL would: the user's SQL in a participant's
+// handler and setup plans as the server is configured. As calls, for a statement that carries them
+// (InboxFreshIdsWith's `settings`); a rollback to a savepoint taken after them keeps them.
+inline constexpr const char* kUserStatementPlansCalls =
+    "set_config('enable_seqscan', NULL, true), set_config('plan_cache_mode', NULL, true), "
+    "set_config('jit', NULL, true)";
+// The same as the prefix of a simple query.
+inline const std::string kUserStatementPlans = std::string("SELECT ") + kUserStatementPlansCalls + "; ";
 
 template <typename... Args>
 pqxx::result Exec(pqxx::transaction_base& tx, const std::string& sql, Args&&... args) {

@@ -23,17 +23,18 @@ std::vector<std::string> SagaIdsOf(const std::vector<const outbox::InboundEvent*
 std::optional<outbox::InboxCompanion> ReplyHandler::LocksFor(const std::vector<const outbox::InboundEvent*>& events) {
     const auto ids = SagaIdsOf(events);
     if (ids.empty()) return std::nullopt;
-    return outbox::InboxCompanion{kLockSagasSql, SagaLockKeys(ids)};
+    return outbox::InboxCompanion{kLockAndReadSagasSql, LockAndReadArguments(ids), {}};
 }
 
 // A batch of replies: their sagas are locked and loaded, in saga id order, and their writes go out
-// with one statement per table at the end (WriteBatch). The companion's locks cover every saga of
-// the batch (it was given the duplicates too).
+// with one statement per table at the end (WriteBatch). The companion locked and read every saga of
+// the batch (it was given the duplicates too) inside the inbox statement; without it (a call after
+// another in the transaction) they are locked and read here.
 void ReplyHandler::OnReplies(pqxx::work& tx,
                              const std::vector<const outbox::InboundEvent*>& events,
                              const pqxx::result* companion,
                              SideEffects& side) {
-    auto locked = LockSagas(tx, SagaIdsOf(events), companion != nullptr ? LockMode::kHeld : LockMode::kWait);
+    auto locked = companion != nullptr ? ReadSagas(*companion) : LockSagas(tx, SagaIdsOf(events), LockMode::kWait);
     WriteBatch writes;
     for (const outbox::InboundEvent* in : events) OnReply(tx, *in, locked, writes, side);
     side.Latencies(writes.Flush(tx));

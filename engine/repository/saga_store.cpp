@@ -84,39 +84,12 @@ std::string KeyArray(const std::map<long long, std::vector<std::string>>& by_key
 }
 }  // namespace
 
-std::string SagaLockKeys(const std::vector<std::string>& saga_ids) {
-    return KeyArray(ByLockKey(saga_ids));
+std::vector<std::string> LockAndReadArguments(const std::vector<std::string>& saga_ids) {
+    return {KeyArray(ByLockKey(saga_ids)), store::UuidArray(saga_ids)};
 }
 
-std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
-                                            const std::vector<std::string>& saga_ids,
-                                            LockMode mode) {
+std::map<std::string, LoadedSaga> ReadSagas(const pqxx::result& rows) {
     std::map<std::string, LoadedSaga> sagas;
-    const auto by_key = ByLockKey(saga_ids);
-    if (by_key.empty()) return sagas;
-    std::vector<std::string> locked;
-    if (mode != LockMode::kSkipLocked) {
-        if (mode == LockMode::kWait) store::Exec(tx, kLockSagasSql, KeyArray(by_key));
-        for (const auto& [key, ids] : by_key) locked.insert(locked.end(), ids.begin(), ids.end());
-    } else {
-        for (const auto& row : store::Exec(
-                 tx, "SELECT k FROM unnest($1::bigint[]) AS k WHERE pg_try_advisory_xact_lock(k)", KeyArray(by_key))) {
-            const auto& ids = by_key.at(row[0].as<long long>());
-            locked.insert(locked.end(), ids.begin(), ids.end());
-        }
-    }
-    if (locked.empty()) return sagas;
-    // Read after the locks (a statement of its own, so its snapshot shows the previous holder's
-    // commit), the saga rows and their step phases with one statement: a row per phase, the saga's
-    // columns on each, one row with no phase for a saga that has none.
-    const auto rows = store::Exec(
-        tx,
-        "SELECT i.saga_id::text, i.saga_type, i.definition_hash, i.status, i.current_step, i.input::text, "
-        "i.data::text, coalesce(i.parked_reason, ''), coalesce(i.traceparent, ''), coalesce(i.tracestate, ''), "
-        "s.step_name, s.phase, s.status, s.attempt, s.reply::text, s.next_attempt_at IS NOT NULL, "
-        "s.command_event_id::text FROM saga_instance i LEFT JOIN saga_step s ON s.saga_id = i.saga_id WHERE "
-        "i.saga_id = ANY($1::uuid[]) ORDER BY i.saga_id, s.dispatched_at, s.phase",
-        store::UuidArray(locked));
     LoadedSaga* saga = nullptr;
     for (const auto& row : rows) {
         const std::string saga_id = row[0].as<std::string>();
@@ -150,6 +123,26 @@ std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
         saga->state.phases.push_back(std::move(phase));
     }
     return sagas;
+}
+
+std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
+                                            const std::vector<std::string>& saga_ids,
+                                            LockMode mode) {
+    const auto by_key = ByLockKey(saga_ids);
+    if (by_key.empty()) return {};
+    if (mode == LockMode::kWait) {
+        return ReadSagas(store::ExecTexts(tx, kLockAndReadSagasSql, {KeyArray(by_key), store::UuidArray(saga_ids)}));
+    }
+    std::vector<std::string> locked;
+    for (const auto& row : store::Exec(
+             tx, "SELECT k FROM unnest($1::bigint[]) AS k WHERE pg_try_advisory_xact_lock(k)", KeyArray(by_key))) {
+        const auto& ids = by_key.at(row[0].as<long long>());
+        locked.insert(locked.end(), ids.begin(), ids.end());
+    }
+    if (locked.empty()) return {};
+    // Read after the locks, by a statement of its own, so its snapshot shows the previous holder's
+    // commit (no keys: the function only reads).
+    return ReadSagas(store::ExecTexts(tx, kLockAndReadSagasSql, {"{}", store::UuidArray(locked)}));
 }
 
 std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode) {

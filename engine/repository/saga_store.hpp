@@ -40,9 +40,7 @@ struct TimelineRow {
     nlohmann::json detail = nlohmann::json::object();
 };
 
-// kHeld: the transaction took the sagas' locks already, with kLockSagasSql (the reply consumer
-// runs it inside its inbox statement).
-enum class LockMode { kWait, kSkipLocked, kHeld };
+enum class LockMode { kWait, kSkipLocked };
 
 // A saga's lock is a transaction-scoped advisory lock keyed on the low 64 bits of its id (the random
 // part of a UUID v7), not a row lock: `SELECT ... FOR UPDATE` wrote a WAL record on the saga's row
@@ -53,17 +51,23 @@ std::optional<long long> SagaLockKey(const std::string& saga_id);
 // The same key in SQL, for a saga_id column.
 inline constexpr const char* kSagaLockKeySql = "('x' || right(replace(saga_id::text, '-', ''), 16))::bit(64)::bigint";
 
-// The keys of `saga_ids`' locks, in the order they are taken (key order, so that two engines locking
-// overlapping batches cannot deadlock), as an array parameter for kLockSagasSql.
-std::string SagaLockKeys(const std::vector<std::string>& saga_ids);
-inline constexpr const char* kLockSagasSql = "SELECT pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS k";
+// Locks sagas and reads them in one statement (017_lock_and_read_sagas.sql): `$1` the keys of the
+// locks, in the order they are taken (key order, so that two engines locking overlapping batches
+// cannot deadlock; none: only read), `$2` the sagas' ids. The reply consumer runs it inside its
+// inbox statement (ReplyHandler::LocksFor); ReadSagas parses its rows.
+inline constexpr const char* kLockAndReadSagasSql =
+    "SELECT * FROM sagaflow_lock_and_read_sagas($1::bigint[], $2::uuid[])";
+// Its two arguments, to lock and read `saga_ids` (uuids).
+std::vector<std::string> LockAndReadArguments(const std::vector<std::string>& saga_ids);
+// The sagas of kLockAndReadSagasSql's rows (more columns after its own are ignored), by saga id.
+std::map<std::string, LoadedSaga> ReadSagas(const pqxx::result& rows);
 
 // The saga with its step phases, locked; nullopt if there is no such saga (or, with kSkipLocked, if
 // another transaction holds it).
 std::optional<LoadedSaga> LockSaga(pqxx::transaction_base& tx, const std::string& saga_id, LockMode mode);
 
-// The same for several sagas at once (two statements: the locks, then one read; one with kHeld), by
-// saga id; missing ids are not in the map. The ids must be uuids.
+// The same for several sagas at once (one statement: kLockAndReadSagasSql; two with kSkipLocked, the
+// locks it got, then the read), by saga id; missing ids are not in the map. The ids must be uuids.
 std::map<std::string, LoadedSaga> LockSagas(pqxx::transaction_base& tx,
                                             const std::vector<std::string>& saga_ids,
                                             LockMode mode);

@@ -603,7 +603,9 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
 }
 
 TEST_CASE("a handler's first statement rides in the inbox statement, in its transaction, before the handler") {
-    // Both kinds of companion: rows and a lock (the engine's), and one that finds nothing.
+    // Both kinds of companion: rows and a lock (the engine's), and one that finds nothing. Each
+    // sets a setting for the transaction, and the first call of the first batch asks for the batch
+    // again (ApplyBatchAgain) after writing its effects: the second attempt gets no companion.
     for (const bool finds_rows : {true, false}) {
         CAPTURE(finds_rows);
         ConsumerSetup setup{finds_rows ? "itest-companion" : "itest-companion-empty"};
@@ -616,10 +618,16 @@ TEST_CASE("a handler's first statement rides in the inbox statement, in its tran
             companion_sizes.push_back(events.size());
             return outbox::InboxCompanion{"SELECT k, pg_advisory_xact_lock(k) FROM unnest($1::bigint[]) AS k" +
                                               std::string(finds_rows ? "" : " WHERE k < 0"),
-                                          "{4242}"};
+                                          {"{4242}"},
+                                          "set_config('sagaflow.itest', 'set by the inbox statement', true)"};
         };
         int call_in_transaction = 0;
-        setup.options.on_transaction_begin = [&] { call_in_transaction = 0; };
+        int transactions = 0;
+        int asked_again_in = 0;  // the transaction whose first call threw ApplyBatchAgain
+        setup.options.on_transaction_begin = [&] {
+            call_in_transaction = 0;
+            ++transactions;
+        };
         setup.options.on_duplicate = [&](pqxx::work&, const outbox::InboundEvent&) { ++call_in_transaction; };
         int first_calls = 0;
         int later_calls = 0;
@@ -632,7 +640,21 @@ TEST_CASE("a handler's first statement rides in the inbox statement, in its tran
                                      const pqxx::result* companion) {
                 const bool first = call_in_transaction++ == 0;
                 (first ? first_calls : later_calls) += 1;
-                if (first != (companion != nullptr)) problems.push_back("rows given to a call that was not first");
+                const bool second_attempt = asked_again_in != 0 && transactions == asked_again_in + 1;
+                if ((first && !second_attempt) != (companion != nullptr)) {
+                    problems.push_back(second_attempt ? "rows given to the second attempt"
+                                                      : "rows given to a call that was not first");
+                }
+                if (companion != nullptr &&
+                    tx.exec1("SELECT current_setting('sagaflow.itest', true)")[0].as<std::string>("") !=
+                        "set by the inbox statement") {
+                    problems.push_back("the companion's settings are not set");
+                }
+                if (companion != nullptr && asked_again_in == 0) {
+                    for (const auto* in : events) ApplyEffect(tx, *in);  // rolled back with the attempt
+                    asked_again_in = transactions;
+                    throw outbox::ApplyBatchAgain("the test asks for the batch again");
+                }
                 if (companion != nullptr && finds_rows) {
                     // The companion's rows (its two columns, then the consumer's), and its lock held by
                     // this transaction: it ran in it, before the handler.
@@ -659,7 +681,9 @@ TEST_CASE("a handler's first statement rides in the inbox statement, in its tran
         // redelivery dropped.
         CHECK(m.applied.load() == 3);
         CHECK(m.duplicates.load() == 1);
+        CHECK(asked_again_in != 0);
         CHECK(Count(setup.db.Url(), "SELECT count(*) FROM effect WHERE applied = 1") == 3);
+        CHECK(Count(setup.db.Url(), "SELECT count(*) FROM effect") == 3);
         CHECK(first_calls >= 1);
         // The companion saw every well-formed record, the redelivery too.
         std::size_t given = 0;

@@ -296,6 +296,45 @@ TEST_CASE("a batch that rolls back and is applied record by record counts each c
     CHECK(rig.participant->Metrics().applied == 2);
 }
 
+TEST_CASE("a Retry from a batch's first handler (no savepoint) applies the batch again, without calling it twice") {
+    ParticipantRig rig(false);
+    outbox::EnsureTopicsBlocking(rig.brokers, {}, {rig.name + ".commands"}, 1);
+    const auto a = outbox::NewUuidV7(), b = outbox::NewUuidV7();
+    const auto flaky = MakeCommand(a, "flaky", "action", "Flaky.v1");
+    const auto charge = MakeCommand(b, "charge", "action", "Charge.v1", {{"amount", 7}});
+    rig.Send(flaky);
+    rig.Send(charge);
+    rig.participant->Start();
+    std::map<std::string, outbox::CloudEvent> by_command;
+    for (const auto& reply : rig.Replies(2)) by_command[reply.correlation_id] = reply;
+    REQUIRE(by_command.size() == 2);
+    CHECK(by_command[flaky.id].data["outcome"] == "retry");
+    CHECK(by_command[charge.id].data["charged"] == 7);
+    // The flaky handler ran once: its Retry rolled the first attempt back (its write with it, before
+    // the charge ran) and was given again in the second, which ran the charge once.
+    CHECK(rig.flaky_calls == 1);
+    CHECK(rig.charges == 1);
+    rig.CheckPlannerDefaults(2);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect WHERE what = 'flaky'") == 0);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect WHERE what = 'charge'") == 1);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM participant_step") == 1);
+    // Still one transaction for both (the inbox rows share its start time), not record by record.
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM processed_event") == 2);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(DISTINCT processed_at) FROM processed_event") == 1);
+    CHECK(WaitFor([&] { return rig.participant->Metrics().applied >= 1; }, std::chrono::seconds(10)));
+    const auto m = rig.participant->Metrics();
+    CHECK(m.applied == 1);
+    CHECK(m.retries == 1);
+    // The engine's resend (same event id): dropped by the inbox, answered by running the handler.
+    rig.Send(flaky);
+    int successes = 0;
+    for (const auto& reply : rig.Replies(3)) {
+        if (reply.correlation_id == flaky.id && reply.data["outcome"] == "success") ++successes;
+    }
+    CHECK(successes == 1);
+    CHECK(rig.flaky_calls == 2);
+}
+
 TEST_CASE("a backlog is taken in transactions of at most 64 commands (each handler is a subtransaction)") {
     ParticipantRig rig(false);
     outbox::EnsureTopicsBlocking(rig.brokers, {}, {rig.name + ".commands"}, 1);

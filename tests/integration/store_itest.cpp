@@ -349,6 +349,51 @@ TEST_CASE("a session of sagaflow's own statements plans an array statement once,
     }
 }
 
+TEST_CASE("sagaflow_lock_and_read_sagas reads after its locks: it sees the last holder's commit") {
+    ScratchDatabase db;
+    MigrateBlocking(db.Url(), BuiltinMigrations());
+    const std::string saga = sagaflow::outbox::NewUuidV7();
+    const std::string key = "('x' || right(replace('" + saga + "', '-', ''), 16))::bit(64)::bigint";
+    Execute(db.Url(),
+            "INSERT INTO saga_instance (saga_id, saga_type, definition_version, definition_hash, status, input, "
+            "data) VALUES ('" +
+                saga + "', 't', 1, 'h', 'running', '{}', '{\"v\": 0}')");
+    // The holder: takes the saga's lock, changes the saga, and commits while two others wait.
+    pqxx::connection holder_conn{db.Url()};
+    pqxx::work holder{holder_conn};
+    holder.exec("SELECT pg_advisory_xact_lock(" + key + ")");
+    holder.exec("UPDATE saga_instance SET data = '{\"v\": 1}' WHERE saga_id = '" + saga + "'");
+    std::string by_function, by_one_statement;
+    std::thread function_reader([&] {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        by_function = tx.exec1("SELECT data FROM sagaflow_lock_and_read_sagas(ARRAY[" + key + "], ARRAY['" + saga +
+                               "']::uuid[])")[0]
+                          .as<std::string>();
+        tx.commit();
+    });
+    // For contrast, why it is a function: one statement that waits for the lock and then reads
+    // reads in the snapshot it took before it waited.
+    std::thread statement_reader([&] {
+        pqxx::connection conn{db.Url()};
+        pqxx::work tx{conn};
+        by_one_statement = tx.exec1("SELECT i.data::text FROM (SELECT pg_advisory_xact_lock(" + key +
+                                    ") OFFSET 0) l, saga_instance i WHERE i.saga_id = '" + saga + "'")[0]
+                               .as<std::string>();
+        tx.commit();
+    });
+    const auto waiting = [&] {
+        return Count(db.Url(), "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted");
+    };
+    for (int i = 0; i < 500 && waiting() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    CHECK(waiting() == 2);
+    holder.commit();
+    function_reader.join();
+    statement_reader.join();
+    CHECK(by_function == "{\"v\": 1}");
+    CHECK(by_one_statement == "{\"v\": 0}");
+}
+
 TEST_CASE("the pool runs jobs, passes errors on, and survives a killed connection") {
     ScratchDatabase db;
     MigrateBlocking(db.Url(), BuiltinMigrations());
