@@ -305,19 +305,15 @@ class Consumer::Impl {
                     if (options_.after_commit) options_.after_commit();
                 });
                 return;
-            } catch (const ApplyBatchAgain& e) {
-                if (with_companion) {
+            } catch (const store::PoolStopped&) {
+                throw;  // stopping: the batch is read again after the restart
+            } catch (const std::exception& e) {
+                if (with_companion && dynamic_cast<const ApplyBatchAgain*>(&e) != nullptr) {
                     spdlog::debug(
                         "consumer {}: batch applied again without the companion ({})", options_.group_id, e.what());
                     with_companion = false;
                     continue;
                 }
-                spdlog::warn("consumer {}: batch transaction failed ({}); retrying record by record",
-                             options_.group_id,
-                             e.what());
-            } catch (const store::PoolStopped&) {
-                throw;  // stopping: the batch is read again after the restart
-            } catch (const std::exception& e) {
                 if (store::IsTransientDatabaseError(e)) throw;  // the database's fault, not a record's: Stall
                 spdlog::warn("consumer {}: batch transaction failed ({}); retrying record by record",
                              options_.group_id,
