@@ -176,7 +176,7 @@ class Engine::Impl {
             // A batch's side effects wait for its commit (and go with its rollback).
             consumer_options.on_transaction_begin = [this] { reply_effects_ = {}; };
             consumer_options.after_commit = [this] { sagas_->Apply(std::exchange(reply_effects_, {})); };
-            consumer_options.companion = detail::ReplyHandler::LocksFor;
+            consumer_options.companion = detail::ReplyHandler::LockAndReadFor;
             parts_.StartConsumer(
                 consumer_options,
                 [this](pqxx::work& tx,

@@ -20,7 +20,8 @@ std::vector<std::string> SagaIdsOf(const std::vector<const outbox::InboundEvent*
 }
 }  // namespace
 
-std::optional<outbox::InboxCompanion> ReplyHandler::LocksFor(const std::vector<const outbox::InboundEvent*>& events) {
+std::optional<outbox::InboxCompanion> ReplyHandler::LockAndReadFor(
+    const std::vector<const outbox::InboundEvent*>& events) {
     const auto ids = SagaIdsOf(events);
     if (ids.empty()) return std::nullopt;
     return outbox::InboxCompanion{kLockAndReadSagasSql, LockAndReadArguments(ids), {}};

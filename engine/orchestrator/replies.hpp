@@ -18,12 +18,12 @@ class ReplyHandler {
   public:
     explicit ReplyHandler(Orchestration& sagas) : sagas_(sagas) {}
 
-    // The locks of a batch's sagas, for the consumer to take with its inbox statement
-    // (ConsumerOptions::companion): one round trip fewer per batch.
-    static std::optional<outbox::InboxCompanion> LocksFor(const std::vector<const outbox::InboundEvent*>& events);
+    // The locks and the read of a batch's sagas (kLockAndReadSagasSql), for the consumer to run in
+    // its inbox statement (ConsumerOptions::companion): one round trip for all three.
+    static std::optional<outbox::InboxCompanion> LockAndReadFor(const std::vector<const outbox::InboundEvent*>& events);
 
-    // A batch of replies: their sagas are locked (with the inbox statement when `companion` ran,
-    // else here) and loaded with one statement, in saga id order, and their writes go out with one
+    // A batch of replies: their sagas are locked and loaded with one statement (the inbox statement
+    // when `companion` ran, else one here), in saga id order, and their writes go out with one
     // statement per table at the end (WriteBatch). What the world may learn of it goes to `side`,
     // for after the commit.
     void OnReplies(pqxx::work& tx,

@@ -54,7 +54,7 @@ inline constexpr const char* kSagaLockKeySql = "('x' || right(replace(saga_id::t
 // Locks sagas and reads them in one statement (017_lock_and_read_sagas.sql): `$1` the keys of the
 // locks, in the order they are taken (key order, so that two engines locking overlapping batches
 // cannot deadlock; none: only read), `$2` the sagas' ids. The reply consumer runs it inside its
-// inbox statement (ReplyHandler::LocksFor); ReadSagas parses its rows.
+// inbox statement (ReplyHandler::LockAndReadFor); ReadSagas parses its rows.
 inline constexpr const char* kLockAndReadSagasSql =
     "SELECT * FROM sagaflow_lock_and_read_sagas($1::bigint[], $2::uuid[])";
 // Its two arguments, to lock and read `saga_ids` (uuids).
