@@ -177,11 +177,12 @@ class Engine::Impl {
             consumer_options.on_transaction_begin = [this] { reply_effects_ = {}; };
             consumer_options.after_commit = [this] { sagas_->Apply(std::exchange(reply_effects_, {})); };
             consumer_options.companion = detail::ReplyHandler::LockAndReadFor;
-            parts_.StartConsumer(
-                consumer_options,
-                [this](pqxx::work& tx,
-                       const std::vector<const outbox::InboundEvent*>& events,
-                       const pqxx::result* companion) { replies_->OnReplies(tx, events, companion, reply_effects_); });
+            parts_.StartConsumer(consumer_options,
+                                 [this](pqxx::transaction_base& tx,
+                                        const std::vector<const outbox::InboundEvent*>& events,
+                                        const pqxx::result* companion) {
+                                     return replies_->OnReplies(tx, events, companion, reply_effects_);
+                                 });
 
             // The two clocks of a step timeout (HoldTimeout) read the groups' progress from Kafka.
             progress_ = std::make_unique<outbox::GroupProgress>(config_.kafka_brokers, config_.kafka_properties);

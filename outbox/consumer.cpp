@@ -6,6 +6,7 @@
 #include <optional>
 #include <pqxx/pqxx>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "outbox/detail/rdkafka.hpp"
@@ -13,7 +14,9 @@
 #include "store/errors.hpp"
 #include "store/inbox.hpp"
 #include "store/pool.hpp"
+#include "store/prepared.hpp"
 #include "store/test_guards.hpp"
+#include "store/transaction.hpp"
 
 namespace sagaflow::outbox {
 namespace {
@@ -296,10 +299,11 @@ class Consumer::Impl {
         for (bool with_companion = true;;) {
             try {
                 pool_.RunBlocking([&](pqxx::connection& conn) {
-                    pqxx::work tx{conn};
+                    const auto inbox = InboxStatement(batch, ids, with_companion);
+                    store::Transaction tx{conn, inbox.statement};  // BEGIN and the inbox: one round trip
                     if (options_.on_transaction_begin) options_.on_transaction_begin();
-                    const auto [applied, duplicates] = ApplyInTransaction(tx, batch, ids, with_companion);
-                    tx.commit();
+                    auto [applied, duplicates, last] = ApplyInTransaction(tx.Work(), batch, inbox, tx.TakeFirst());
+                    tx.Commit(last);  // the handler's last write and the COMMIT: one round trip
                     metrics_.applied += applied;
                     metrics_.duplicates += duplicates;
                     if (options_.after_commit) options_.after_commit();
@@ -356,13 +360,15 @@ class Consumer::Impl {
         }
     }
 
-    // The inbox statement: the batch's ids seen for the first time, and the rows of the handler's
-    // companion when it has one for this batch (ConsumerOptions::companion).
-    std::pair<std::vector<std::string>, std::optional<pqxx::result>> RecordInInbox(pqxx::work& tx,
-                                                                                   const std::vector<Record>& batch,
-                                                                                   const std::vector<std::string>& ids,
-                                                                                   bool with_companion) {
-        if (store::GuardDisabled("inbox")) return {ids, std::nullopt};
+    // The inbox statement (the batch's ids seen for the first time, and the rows of the handler's
+    // companion when it has one for this batch: ConsumerOptions::companion), to open the batch's
+    // transaction with; none when the inbox is switched off for a test.
+    struct Inbox {
+        std::optional<store::Statement> statement;
+        bool with_companion = false;
+    };
+    Inbox InboxStatement(const std::vector<Record>& batch, const std::vector<std::string>& ids, bool with_companion) {
+        if (store::GuardDisabled("inbox")) return {};
         std::optional<InboxCompanion> companion;
         if (options_.companion && with_companion) {
             std::vector<const InboundEvent*> events;
@@ -371,29 +377,42 @@ class Consumer::Impl {
             }
             companion = options_.companion(events);
         }
-        if (!companion) return {store::InboxFreshIds(tx, options_.inbox_name, ids), std::nullopt};
-        auto with = store::InboxFreshIdsWith(
-            tx, options_.inbox_name, ids, companion->sql, companion->arguments, companion->settings);
-        const bool empty = with.CompanionEmpty();
-        return {std::move(with.fresh), empty ? pqxx::result{} : std::move(with.rows)};
+        if (!companion) return {store::InboxFreshIdsStatement(options_.inbox_name, ids), false};
+        return {store::InboxFreshIdsWithStatement(
+                    options_.inbox_name, ids, companion->sql, companion->arguments, companion->settings),
+                true};
     }
 
     // Fresh events go to the handler in runs; a duplicate between them is answered in its place
     // (a participant's stored reply must follow the first delivery's).
-    // Returns (applied, duplicates), for the metrics once the transaction committed.
-    std::pair<std::uint64_t, std::uint64_t> ApplyInTransaction(pqxx::work& tx,
-                                                               std::vector<Record>& batch,
-                                                               const std::vector<std::string>& ids,
-                                                               bool with_companion) {
-        auto inbox = RecordInInbox(tx, batch, ids, with_companion);
-        std::set<std::string> fresh(inbox.first.begin(), inbox.first.end());
-        std::optional<pqxx::result>& companion_rows = inbox.second;
+    // Returns (applied, duplicates), for the metrics once the transaction committed, and the last
+    // call's last write, for the commit to carry.
+    std::tuple<std::uint64_t, std::uint64_t, LastWrite> ApplyInTransaction(pqxx::transaction_base& tx,
+                                                                           std::vector<Record>& batch,
+                                                                           const Inbox& inbox,
+                                                                           pqxx::result inbox_rows) {
+        std::set<std::string> fresh;
+        std::optional<pqxx::result> companion_rows;
+        if (!inbox.statement) {  // no inbox: every id is fresh
+            for (const auto& record : batch) {
+                if (record.inbound) fresh.insert(record.inbound->event.id);
+            }
+        } else if (!inbox.with_companion) {
+            const auto ids = store::InboxFreshIdsOf(inbox_rows);
+            fresh.insert(ids.begin(), ids.end());
+        } else {
+            auto with = store::InboxFreshIdsWithOf(std::move(inbox_rows));
+            fresh.insert(with.fresh.begin(), with.fresh.end());
+            companion_rows = with.CompanionEmpty() ? pqxx::result{} : std::move(with.rows);
+        }
         std::vector<const InboundEvent*> run;
         std::uint64_t applied = 0;
         std::uint64_t duplicates = 0;
+        LastWrite last;
         const auto flush = [&] {
             if (run.empty()) return;
-            handler_(tx, run, companion_rows ? &*companion_rows : nullptr);
+            RunLastWrite(tx, last);
+            last = handler_(tx, run, companion_rows ? &*companion_rows : nullptr);
             companion_rows.reset();  // for the transaction's first call only (ConsumerOptions::companion)
             applied += run.size();
             run.clear();
@@ -404,6 +423,7 @@ class Consumer::Impl {
                 ++duplicates;
                 if (options_.on_duplicate) {
                     flush();
+                    RunLastWrite(tx, last);
                     options_.on_duplicate(tx, *record.inbound);
                     companion_rows.reset();
                 }
@@ -412,17 +432,25 @@ class Consumer::Impl {
             run.push_back(&*record.inbound);
         }
         flush();
-        return {applied, duplicates};
+        return {applied, duplicates, std::move(last)};
+    }
+
+    // A handler's last write, where something follows it in the transaction.
+    static void RunLastWrite(pqxx::transaction_base& tx, LastWrite& last) {
+        if (!last) return;
+        store::ExecTexts(tx, last->sql, last->params);
+        last.reset();
     }
 
     // True when the record was fresh (applied), false for a duplicate.
-    bool ApplyOne(pqxx::work& tx, Record& record) {
+    bool ApplyOne(pqxx::transaction_base& tx, Record& record) {
         if (!store::GuardDisabled("inbox") &&
             !store::InboxFirstTime(tx, options_.inbox_name, record.inbound->event.id)) {
             if (options_.on_duplicate) options_.on_duplicate(tx, *record.inbound);
             return false;
         }
-        handler_(tx, {&*record.inbound}, nullptr);
+        auto last = handler_(tx, {&*record.inbound}, nullptr);
+        RunLastWrite(tx, last);
         return true;
     }
 
@@ -630,9 +658,11 @@ class Consumer::Impl {
 Consumer::Consumer(store::ConnectionPool& pool, ConsumerOptions options, EventHandler handler)
     : Consumer(pool,
                std::move(options),
-               BatchHandler([handler = std::move(handler)](
-                                pqxx::work& tx, const std::vector<const InboundEvent*>& events, const pqxx::result*) {
+               BatchHandler([handler = std::move(handler)](pqxx::transaction_base& tx,
+                                                           const std::vector<const InboundEvent*>& events,
+                                                           const pqxx::result*) {
                    for (const InboundEvent* event : events) handler(tx, *event);
+                   return LastWrite{};
                })) {}
 
 Consumer::Consumer(store::ConnectionPool& pool, ConsumerOptions options, BatchHandler handler)

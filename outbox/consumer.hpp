@@ -25,6 +25,7 @@
 #include "outbox/event.hpp"
 #include "outbox/kafka.hpp"
 #include "outbox/metrics.hpp"
+#include "store/transaction.hpp"
 
 namespace sagaflow::store {
 class ConnectionPool;
@@ -42,14 +43,18 @@ struct InboundEvent {
 
 // Runs inside the inbox transaction: its writes, the inbox record and any outbox rows it enqueues
 // commit together. Throwing rolls all of them back.
-using EventHandler = std::function<void(pqxx::work& tx, const InboundEvent& event)>;
+using EventHandler = std::function<void(pqxx::transaction_base& tx, const InboundEvent& event)>;
 // The same for several events at once, in their order on the topic: a handler that reads per event
 // can read for all of them with one statement (the engine loads a batch's sagas with one).
 // `companion`: the rows of ConsumerOptions::companion, read with the inbox's statement, each with
 // one more column at the end (the consumer's); nullptr when it did not run for this call, and the
 // handler reads (or locks) for itself.
-using BatchHandler =
-    std::function<void(pqxx::work& tx, const std::vector<const InboundEvent*>& events, const pqxx::result* companion)>;
+// It may return its last write instead of running it: the consumer runs it before anything else
+// the transaction does after the call, and when nothing does, with the COMMIT in the same round
+// trip (store::Transaction::Commit). Its rows are not read. nullopt: none.
+using LastWrite = std::optional<store::Statement>;
+using BatchHandler = std::function<LastWrite(
+    pqxx::transaction_base& tx, const std::vector<const InboundEvent*>& events, const pqxx::result* companion)>;
 
 // A statement of the handler's that the consumer runs inside its inbox statement: a SELECT whose
 // parameters `$1`, `$2`, ... are `arguments`, in their text form. `settings`, optional: `set_config(name, value, true)`

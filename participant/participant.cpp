@@ -196,7 +196,9 @@ class Participant::Impl {
         // transaction ids up in pg_subtrans — the known slowdown, here reached whenever a
         // participant drained a backlog in the consumer's batches of 200.
         options.batch_size = std::min(options.batch_size, kMaxCommandsPerTransaction);
-        options.on_duplicate = [this](pqxx::work& tx, const outbox::InboundEvent& in) { OnCommand(tx, in); };
+        options.on_duplicate = [this](pqxx::transaction_base& tx, const outbox::InboundEvent& in) {
+            OnCommand(tx, in);
+        };
         options.on_transaction_begin = [this] { pending_ = {}; };
         options.after_commit = [this] {
             applied_ += pending_.applied;
@@ -209,9 +211,9 @@ class Participant::Impl {
         };
         options.companion = StoredRowsRead;
         parts_.StartConsumer(options,
-                             [this](pqxx::work& tx,
+                             [this](pqxx::transaction_base& tx,
                                     const std::vector<const outbox::InboundEvent*>& events,
-                                    const pqxx::result* companion) { OnCommands(tx, events, companion); });
+                                    const pqxx::result* companion) { return OnCommands(tx, events, companion); });
         spdlog::info("participant {}: consuming {}", config_.name, commands);
     }
 
@@ -293,9 +295,10 @@ class Participant::Impl {
     }
 
     // `companion`: StoredRowsRead's rows, read with the inbox statement; nullptr: read them here.
-    void OnCommands(pqxx::work& tx,
-                    const std::vector<const outbox::InboundEvent*>& events,
-                    const pqxx::result* companion) {
+    // Returns the batch's replies and stored rows as its last write (outbox::LastWrite).
+    outbox::LastWrite OnCommands(pqxx::transaction_base& tx,
+                                 const std::vector<const outbox::InboundEvent*>& events,
+                                 const pqxx::result* companion) {
         Batch batch;
         if (companion != nullptr) {
             batch.first_attempt = batch.savepoint_free = true;
@@ -322,12 +325,12 @@ class Participant::Impl {
             }
         }
         for (const outbox::InboundEvent* in : events) OnCommand(tx, *in, &batch);
-        Flush(tx, batch);
+        return FlushStatement(batch);
     }
 
     // The stored row of `key`: from the batch's read unless this batch wrote that step since (then
     // its queued writes go first and the row is read again).
-    std::optional<Stored> Lookup(pqxx::work& tx, const Key& key, Batch* batch) {
+    std::optional<Stored> Lookup(pqxx::transaction_base& tx, const Key& key, Batch* batch) {
         const auto& [saga_id, step_name, phase] = key;
         if (batch != nullptr) {
             if (batch->touched.count({saga_id, step_name}) == 0) {
@@ -348,7 +351,7 @@ class Participant::Impl {
 
     // One command, first delivery or repeated, inside the inbox transaction; `batch` (a batch of
     // fresh commands) queues its reply, without it the reply is written at once.
-    void OnCommand(pqxx::work& tx, const outbox::InboundEvent& in, Batch* batch = nullptr) {
+    void OnCommand(pqxx::transaction_base& tx, const outbox::InboundEvent& in, Batch* batch = nullptr) {
         const outbox::CloudEvent& e = in.event;
         if (!IsCommand(e)) {
             pending_.warnings.push_back(
@@ -436,7 +439,10 @@ class Participant::Impl {
     // from the stored rows. So that answer rolls the whole batch back (ApplyBatchAgain) and is
     // remembered for the second attempt, which takes savepoints and does not call this handler
     // again. At half load most batches hold one command: this saves a round trip per command.
-    StepReply RunHandler(pqxx::work& tx, const CommandHandler& handler, const Command& command, Batch* batch) {
+    StepReply RunHandler(pqxx::transaction_base& tx,
+                         const CommandHandler& handler,
+                         const Command& command,
+                         Batch* batch) {
         const bool savepoint = batch == nullptr || !batch->savepoint_free;
         if (savepoint) {
             const bool release_first = batch != nullptr && batch->savepoint_open;
@@ -464,7 +470,7 @@ class Participant::Impl {
         return reply;
     }
 
-    void NullCompensation(pqxx::work& tx, const Command& command, bool action_never_seen, Batch* batch) {
+    void NullCompensation(pqxx::transaction_base& tx, const Command& command, bool action_never_seen, Batch* batch) {
         if (action_never_seen && !store::GuardDisabled("anti-hanging")) {
             // The tombstone: the action, should it still come, is refused.
             store::Exec(tx,
@@ -486,7 +492,7 @@ class Participant::Impl {
     }
 
     // A reply that is not stored (a Retry, no handler): the engine's next resend asks again.
-    void Reply(pqxx::work& tx, const Command& command, const StepReply& reply, Batch* batch) {
+    void Reply(pqxx::transaction_base& tx, const Command& command, const StepReply& reply, Batch* batch) {
         Queue(tx, command, {}, ReplyData(reply), batch);
     }
 
@@ -504,12 +510,15 @@ class Participant::Impl {
         return event;
     }
 
-    std::string EnqueueReply(pqxx::work& tx, const Command& command, const nlohmann::json& data) {
+    std::string EnqueueReply(pqxx::transaction_base& tx, const Command& command, const nlohmann::json& data) {
         return outbox::Enqueue(tx, config_.replies_topic, command.saga_id, ReplyEvent(command, data));
     }
 
     // The stored reply again: the same event (re-armed) if it was sent, else a first one now.
-    void Resend(pqxx::work& tx, const Command& command, const nlohmann::json& data, const std::string& reply_id) {
+    void Resend(pqxx::transaction_base& tx,
+                const Command& command,
+                const nlohmann::json& data,
+                const std::string& reply_id) {
         if (!reply_id.empty() && outbox::Rearm(tx, reply_id)) return;
         const std::string id = EnqueueReply(tx, command, data);
         store::Exec(
@@ -524,15 +533,21 @@ class Participant::Impl {
     }
 
     // The reply into the outbox and the stored reply into participant_step.
-    void ReplyAndStore(
-        pqxx::work& tx, const Command& command, const std::string& status, const StepReply& reply, Batch* batch) {
+    void ReplyAndStore(pqxx::transaction_base& tx,
+                       const Command& command,
+                       const std::string& status,
+                       const StepReply& reply,
+                       Batch* batch) {
         Queue(tx, command, status, ReplyData(reply), batch);
     }
 
     // Queues a reply (stored in participant_step with `status`, unless that is empty) in `batch`, or
     // writes it at once without one.
-    void Queue(
-        pqxx::work& tx, const Command& command, const std::string& status, const nlohmann::json& data, Batch* batch) {
+    void Queue(pqxx::transaction_base& tx,
+               const Command& command,
+               const std::string& status,
+               const nlohmann::json& data,
+               Batch* batch) {
         Batch own;
         Batch& b = batch != nullptr ? *batch : own;
         const outbox::OutboxRow row =
@@ -551,8 +566,12 @@ class Participant::Impl {
     }
 
     // The queued replies, in order, and their stored copies: one statement, one round trip.
-    void Flush(pqxx::work& tx, Batch& batch) {
-        if (batch.Empty()) return;
+    void Flush(pqxx::transaction_base& tx, Batch& batch) {
+        if (const auto statement = FlushStatement(batch)) store::ExecTexts(tx, statement->sql, statement->params);
+    }
+    // The same statement, to run later (the consumer sends a batch's last with its COMMIT).
+    static std::optional<store::Statement> FlushStatement(Batch& batch) {
+        if (batch.Empty()) return std::nullopt;
         store::ArrayStatement statement;
         const std::string sql =
             "WITH v AS (SELECT * FROM " + statement.Unnest(batch.replies, "u", true) + "), reply AS (" +
@@ -560,8 +579,9 @@ class Participant::Impl {
             ") INSERT INTO participant_step (saga_id, step_name, phase, command_type, command_event_id, status, "
             "reply, reply_event_id) SELECT saga_id, step_name, phase, command_type, command_event_id, status, "
             "reply::jsonb, event_id FROM v WHERE store ORDER BY n";
-        statement.Exec(tx, sql);
+        auto out = statement.ToStatement(sql);
         batch.replies.Clear();
+        return out;
     }
 
     ParticipantConfig config_;

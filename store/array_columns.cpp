@@ -36,7 +36,15 @@ std::string ArrayStatement::Unnest(const ArrayColumns& set, const std::string& a
 }
 
 pqxx::result ArrayStatement::Exec(pqxx::transaction_base& tx, const std::string& sql) const {
-    return ExecArrays(tx, sql, arrays_);
+    const auto statement = ToStatement(sql);
+    return ExecTexts(tx, statement.sql, statement.params);
+}
+
+Statement ArrayStatement::ToStatement(std::string sql) const {
+    Statement statement{std::move(sql), {}};
+    statement.params.reserve(arrays_.size());
+    for (const auto& column : arrays_) statement.params.push_back(TextArray(column));
+    return statement;
 }
 
 }  // namespace sagaflow::store

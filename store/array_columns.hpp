@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "store/transaction.hpp"
+
 namespace sagaflow::store {
 
 class ArrayColumns {
@@ -48,6 +50,8 @@ class ArrayStatement {
     std::string Unnest(const ArrayColumns& set, const std::string& alias, bool ordinality = false);
     // Runs `sql` with the parameters of every set given to Unnest, in order.
     pqxx::result Exec(pqxx::transaction_base& tx, const std::string& sql) const;
+    // The same, to run later (a consumer's handler hands its last write to the commit).
+    Statement ToStatement(std::string sql) const;
     // The parameters so far, one array per column (tests).
     const std::vector<std::vector<ArrayColumns::Value>>& Arrays() const noexcept { return arrays_; }
 

@@ -10,7 +10,6 @@
 namespace sagaflow::store {
 namespace {
 constexpr const char* kFirstTime = "sagaflow_inbox_first_time";
-constexpr const char* kFreshIds = "sagaflow_inbox_fresh_ids";
 // Not ON CONFLICT: a speculative insert writes a second WAL record (its confirmation) for every
 // row. The primary key still decides a race with a concurrent delivery (see InboxFreshIds).
 std::string FreshIdsInsert(const std::string& consumer, const std::string& ids) {
@@ -40,7 +39,6 @@ void PrepareInbox(pqxx::connection_base& conn) {
     conn.prepare(kFirstTime,
                  "INSERT INTO processed_event (consumer_name, event_id) VALUES ($1, $2::uuid) "
                  "ON CONFLICT DO NOTHING RETURNING 1");
-    conn.prepare(kFreshIds, FreshIdsInsert("$1", "$2"));
 }
 
 bool IsUuid(const std::string& text) {
@@ -54,15 +52,55 @@ bool InboxFirstTime(pqxx::transaction_base& tx, const std::string& consumer, con
     return !tx.exec_prepared(kFirstTime, consumer, event_id).empty();
 }
 
+Statement InboxFreshIdsStatement(const std::string& consumer, const std::vector<std::string>& event_ids) {
+    return {FreshIdsInsert("$1", "$2"), {consumer, UuidArray(event_ids)}};
+}
+
+std::vector<std::string> InboxFreshIdsOf(const pqxx::result& rows) {
+    std::vector<std::string> fresh;
+    fresh.reserve(rows.size());
+    for (const auto& row : rows) fresh.push_back(row[0].as<std::string>());
+    return fresh;
+}
+
 std::vector<std::string> InboxFreshIds(pqxx::transaction_base& tx,
                                        const std::string& consumer,
                                        const std::vector<std::string>& event_ids) {
     if (event_ids.empty()) return {};
-    std::vector<std::string> fresh;
-    for (const auto& row : tx.exec_prepared(kFreshIds, consumer, UuidArray(event_ids))) {
-        fresh.push_back(row[0].as<std::string>());
+    const auto statement = InboxFreshIdsStatement(consumer, event_ids);
+    return InboxFreshIdsOf(ExecTexts(tx, statement.sql, statement.params));
+}
+
+Statement InboxFreshIdsWithStatement(const std::string& consumer,
+                                     const std::vector<std::string>& event_ids,
+                                     const std::string& companion,
+                                     const std::vector<std::string>& arguments,
+                                     const std::string& settings) {
+    // The insert is a data-modifying CTE, so it runs to completion whatever the join reads of it;
+    // the outer join keeps the fresh ids when the companion finds no row. Prepared once per
+    // connection and companion text (store::Exec). The settings are volatile calls in the one-row
+    // aggregate's output: PostgreSQL evaluates them once and keeps them although nothing reads them.
+    // The companion's parameters come first, as it numbers them; the inbox's follow.
+    const std::string consumer_param = "$" + std::to_string(arguments.size() + 1);
+    const std::string ids_param = "$" + std::to_string(arguments.size() + 2);
+    Statement statement{"WITH fresh AS (" + FreshIdsInsert(consumer_param, ids_param) +
+                            " AS id) SELECT c.*, f.ids FROM (SELECT coalesce(array_agg(id), '{}') AS ids" +
+                            (settings.empty() ? std::string() : ", " + settings) + " FROM fresh) f LEFT JOIN (" +
+                            companion + ") c ON true",
+                        arguments};
+    statement.params.push_back(consumer);
+    statement.params.push_back(UuidArray(event_ids));
+    return statement;
+}
+
+FreshIdsWith InboxFreshIdsWithOf(pqxx::result rows) {
+    FreshIdsWith out;
+    out.rows = std::move(rows);
+    if (!out.rows.empty()) {
+        const pqxx::field ids = out.rows[0][static_cast<pqxx::row::size_type>(out.rows.columns() - 1)];
+        out.fresh = SplitUuidArray(std::string_view(ids.c_str(), ids.size()));
     }
-    return fresh;
+    return out;
 }
 
 FreshIdsWith InboxFreshIdsWith(pqxx::transaction_base& tx,
@@ -71,27 +109,8 @@ FreshIdsWith InboxFreshIdsWith(pqxx::transaction_base& tx,
                                const std::string& companion,
                                const std::vector<std::string>& arguments,
                                const std::string& settings) {
-    // The insert is a data-modifying CTE, so it runs to completion whatever the join reads of it;
-    // the outer join keeps the fresh ids when the companion finds no row. Prepared once per
-    // connection and companion text (store::Exec). The settings are volatile calls in the one-row
-    // aggregate's output: PostgreSQL evaluates them once and keeps them although nothing reads them.
-    // The companion's parameters come first, as it numbers them; the inbox's follow.
-    const std::string consumer_param = "$" + std::to_string(arguments.size() + 1);
-    const std::string ids_param = "$" + std::to_string(arguments.size() + 2);
-    const std::string sql = "WITH fresh AS (" + FreshIdsInsert(consumer_param, ids_param) +
-                            " AS id) SELECT c.*, f.ids FROM (SELECT coalesce(array_agg(id), '{}') AS ids" +
-                            (settings.empty() ? std::string() : ", " + settings) + " FROM fresh) f LEFT JOIN (" +
-                            companion + ") c ON true";
-    FreshIdsWith out;
-    std::vector<std::string> params = arguments;
-    params.push_back(consumer);
-    params.push_back(UuidArray(event_ids));
-    out.rows = ExecTexts(tx, sql, params);
-    if (!out.rows.empty()) {
-        const pqxx::field ids = out.rows[0][static_cast<pqxx::row::size_type>(out.rows.columns() - 1)];
-        out.fresh = SplitUuidArray(std::string_view(ids.c_str(), ids.size()));
-    }
-    return out;
+    const auto statement = InboxFreshIdsWithStatement(consumer, event_ids, companion, arguments, settings);
+    return InboxFreshIdsWithOf(ExecTexts(tx, statement.sql, statement.params));
 }
 
 }  // namespace sagaflow::store

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "store/transaction.hpp"
+
 namespace sagaflow::store {
 
 // Declares the inbox's prepared statements on a connection (the pool does it for its connections).
@@ -48,6 +50,18 @@ FreshIdsWith InboxFreshIdsWith(pqxx::transaction_base& tx,
                                const std::string& companion,
                                const std::vector<std::string>& arguments,
                                const std::string& settings = {});
+
+// The two batch statements as a Statement, and their rows read back: for a store::Transaction to
+// open with (its BEGIN and the inbox in one round trip). InboxFreshIds and InboxFreshIdsWith run
+// these. Both throw std::invalid_argument naming an event id that is not a UUID.
+Statement InboxFreshIdsStatement(const std::string& consumer, const std::vector<std::string>& event_ids);
+std::vector<std::string> InboxFreshIdsOf(const pqxx::result& rows);
+Statement InboxFreshIdsWithStatement(const std::string& consumer,
+                                     const std::vector<std::string>& event_ids,
+                                     const std::string& companion,
+                                     const std::vector<std::string>& arguments,
+                                     const std::string& settings = {});
+FreshIdsWith InboxFreshIdsWithOf(pqxx::result rows);
 
 // True when `text` is a UUID in canonical text form (what the inbox accepts as an event id).
 bool IsUuid(const std::string& text);

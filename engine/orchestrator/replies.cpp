@@ -28,22 +28,24 @@ std::optional<outbox::InboxCompanion> ReplyHandler::LockAndReadFor(
 }
 
 // A batch of replies: their sagas are locked and loaded, in saga id order, and their writes go out
-// with one statement per table at the end (WriteBatch). The companion locked and read every saga of
-// the batch (it was given the duplicates too) inside the inbox statement; without it (a call after
+// with one statement at the end (WriteBatch), handed to the consumer to send with the COMMIT. The companion locked and
+// read every saga of the batch (it was given the duplicates too) inside the inbox statement; without it (a call after
 // another in the transaction) they are locked and read here.
-void ReplyHandler::OnReplies(pqxx::work& tx,
-                             const std::vector<const outbox::InboundEvent*>& events,
-                             const pqxx::result* companion,
-                             SideEffects& side) {
+outbox::LastWrite ReplyHandler::OnReplies(pqxx::transaction_base& tx,
+                                          const std::vector<const outbox::InboundEvent*>& events,
+                                          const pqxx::result* companion,
+                                          SideEffects& side) {
     auto locked = companion != nullptr ? ReadSagas(*companion) : LockSagas(tx, SagaIdsOf(events), LockMode::kWait);
     WriteBatch writes;
     for (const outbox::InboundEvent* in : events) OnReply(tx, *in, locked, writes, side);
-    side.Latencies(writes.Flush(tx));
+    auto pending = writes.TakeStatement();  // the batch's writes go out with the COMMIT
+    side.Latencies(std::move(pending.latencies));
+    return std::move(pending.statement);
 }
 
 // `locked`: sagas locked and loaded for this reply's batch; taken from it once (a second reply
 // of the same saga in the batch reads what the first one wrote, flushed from `writes` first).
-void ReplyHandler::OnReply(pqxx::work& tx,
+void ReplyHandler::OnReply(pqxx::transaction_base& tx,
                            const outbox::InboundEvent& in,
                            std::map<std::string, LoadedSaga>& locked,
                            WriteBatch& writes,

@@ -24,15 +24,15 @@ class ReplyHandler {
 
     // A batch of replies: their sagas are locked and loaded with one statement (the inbox statement
     // when `companion` ran, else one here), in saga id order, and their writes go out with one
-    // statement per table at the end (WriteBatch). What the world may learn of it goes to `side`,
-    // for after the commit.
-    void OnReplies(pqxx::work& tx,
-                   const std::vector<const outbox::InboundEvent*>& events,
-                   const pqxx::result* companion,
-                   SideEffects& side);
+    // statement at the end (WriteBatch), returned for the consumer to send with the COMMIT. What
+    // the world may learn of it goes to `side`, for after the commit.
+    outbox::LastWrite OnReplies(pqxx::transaction_base& tx,
+                                const std::vector<const outbox::InboundEvent*>& events,
+                                const pqxx::result* companion,
+                                SideEffects& side);
 
   private:
-    void OnReply(pqxx::work& tx,
+    void OnReply(pqxx::transaction_base& tx,
                  const outbox::InboundEvent& in,
                  std::map<std::string, LoadedSaga>& locked,
                  WriteBatch& writes,

@@ -120,6 +120,8 @@ std::map<std::string, LoadedSaga> ReadSagas(const pqxx::result& rows) {
         phase.reply = ParseJson(row[14]);
         phase.awaiting_retry = row[15].as<bool>();
         saga->command_ids[{phase.step_name, row[11].as<std::string>()}] = row[16].as<std::string>();
+        if (!row[17].is_null())
+            saga->dispatch_ages[{phase.step_name, row[11].as<std::string>()}] = row[17].as<double>();
         saga->state.phases.push_back(std::move(phase));
     }
     return sagas;
@@ -268,10 +270,19 @@ std::string NewStepsSql(ArrayStatement& statement, const ArrayColumns& steps, co
 }  // namespace
 
 std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_base& tx) {
-    std::vector<std::pair<std::string, double>> latencies;
+    auto pending = TakeStatement();
+    if (pending.statement) store::ExecTexts(tx, pending.statement->sql, pending.statement->params);
+    return std::move(pending.latencies);
+}
+
+WriteBatch::Pending WriteBatch::TakeStatement() {
+    Pending pending;
     if (Empty()) {
         sagas_.clear();  // no statement
-        return latencies;
+        return pending;
+    }
+    for (const auto& u : updates_) {
+        if (u.measure) pending.latencies.emplace_back(u.step_name, u.seconds);
     }
     // Everything queued in one statement (one round trip): the answered phases, the new ones with
     // their commands, the timeline and the saga rows. Its text is the same for any number of
@@ -282,17 +293,10 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
                            {"status", "text"},
                            {"reply", "text"},
                            {"open", "bool"},
-                           {"awaiting", "bool"},
-                           {"measure", "bool"}}};
+                           {"awaiting", "bool"}}};
     for (const auto& u : updates_) {
-        answered.Add({u.saga_id,
-                      u.step_name,
-                      u.phase,
-                      u.status,
-                      u.reply,
-                      Bool(u.open),
-                      Bool(u.open && u.awaiting_retry),
-                      Bool(u.measure)});
+        answered.Add(
+            {u.saga_id, u.step_name, u.phase, u.status, u.reply, Bool(u.open), Bool(u.open && u.awaiting_retry)});
     }
     auto timeline_columns = TimelineColumns();
     timeline_columns.insert(timeline_columns.begin(), {"saga_id", "uuid"});
@@ -320,9 +324,7 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
         "next_attempt_at = CASE WHEN a.awaiting THEN s.next_attempt_at END, "
         "deadline_at = CASE WHEN a.open AND NOT a.awaiting THEN s.deadline_at END FROM " +
         statement.Unnest(answered, "a") +
-        " WHERE s.saga_id = a.saga_id AND s.step_name = a.step_name AND s.phase = a.phase "
-        "RETURNING s.step_name, a.measure, extract(epoch FROM clock_timestamp() - s.dispatched_at)::float8 AS "
-        "seconds), ";
+        " WHERE s.saga_id = a.saga_id AND s.step_name = a.step_name AND s.phase = a.phase), ";
     sql += NewStepsSql(statement, NewStepColumns(new_steps_));
     sql += ", dispatch AS (" + outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
            " RETURNING event_id), "
@@ -334,18 +336,15 @@ std::vector<std::pair<std::string, double>> WriteBatch::Flush(pqxx::transaction_
            "data = r.data::jsonb, parked_reason = r.parked_reason, updated_at = clock_timestamp(), "
            "version = s.version + 1 FROM " +
            statement.Unnest(sagas, "r") +
-           " WHERE s.saga_id = r.saga_id RETURNING 1) "
-           "SELECT step_name, measure, seconds FROM answered";
-    const auto rows = statement.Exec(tx, sql);
-    for (const auto& row : rows) {
-        if (row[1].as<bool>()) latencies.emplace_back(row[0].as<std::string>(), row[2].as<double>());
-    }
+           " WHERE s.saga_id = r.saga_id) "
+           "SELECT";
+    pending.statement = statement.ToStatement(sql);
     sagas_.clear();
     updates_.clear();
     new_steps_.clear();
     saga_rows_.clear();
     timeline_.clear();
-    return latencies;
+    return pending;
 }
 
 bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) {
@@ -475,8 +474,14 @@ class Persistence {
                  phase.reply.is_null() ? std::nullopt : std::optional<std::string>(phase.reply.dump()),
                  open,
                  phase.awaiting_retry,
-                 !open && before->status == StepStatus::kDispatched});
+                 !open && before->status == StepStatus::kDispatched,
+                 DispatchAge(phase)});
         }
+    }
+
+    double DispatchAge(const machine::StepPhaseState& phase) const {
+        const auto it = saga_.dispatch_ages.find({phase.step_name, std::string(machine::ToString(phase.phase))});
+        return it == saga_.dispatch_ages.end() ? 0.0 : it->second;
     }
 
     bool UpdatesInPlace() const {

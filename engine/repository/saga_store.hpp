@@ -17,6 +17,7 @@
 #include "core/definition_graph.hpp"
 #include "core/saga_machine.hpp"
 #include "engine/engine.hpp"
+#include "store/transaction.hpp"
 
 namespace sagaflow::detail {
 
@@ -28,6 +29,8 @@ struct LoadedSaga {
     std::string traceparent, tracestate;  // the starter's trace context, for every command (may be empty)
     machine::SagaState state;
     std::map<std::pair<std::string, std::string>, std::string> command_ids;  // (step, phase) -> event id
+    // (step, phase) -> seconds since the phase's dispatch, at the read: its latency once answered.
+    std::map<std::pair<std::string, std::string>, double> dispatch_ages;
 };
 
 // One timeline entry (saga_event) to write.
@@ -97,6 +100,14 @@ class WriteBatch {
     // Writes everything queued and empties the batch; returns the (step, seconds) latencies of the
     // phases the updates answered.
     std::vector<std::pair<std::string, double>> Flush(pqxx::transaction_base& tx);
+    // The same, as the statement to run (nullopt: nothing queued), for a transaction's last write
+    // that goes out with its COMMIT (outbox::LastWrite); the latencies come from the read
+    // (LoadedSaga::dispatch_ages), not from the statement.
+    struct Pending {
+        std::optional<store::Statement> statement;
+        std::vector<std::pair<std::string, double>> latencies;
+    };
+    Pending TakeStatement();
 
     // A saga this transaction starts: its row with the state Persist queued for it, its timeline,
     // and its first step rows with their outbox rows, in one statement (an INSERT, the dispatch and
@@ -118,6 +129,7 @@ class WriteBatch {
         std::string saga_id, step_name, phase, status;
         std::optional<std::string> reply;
         bool open = false, awaiting_retry = false, measure = false;
+        double seconds = 0;  // the phase's dispatch age at the read, when `measure`
     };
     struct NewStep {
         std::string saga_id, step_name, phase, timeout_ms;

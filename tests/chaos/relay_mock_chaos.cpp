@@ -239,7 +239,7 @@ TEST_CASE("a dead letter the broker refuses is produced again, not dropped with 
     options.topics = {mock.topic};
     options.inbox_name = "mock-dlq";
     options.properties = {{"log_level", "2"}};
-    outbox::Consumer consumer{pool, options, [](pqxx::work&, const outbox::InboundEvent&) {}};
+    outbox::Consumer consumer{pool, options, [](pqxx::transaction_base&, const outbox::InboundEvent&) {}};
     consumer.Start();
     const auto& m = consumer.Metrics();
     CHECK(testing::WaitFor([&] { return m.dead_lettered.load() >= 1; }, std::chrono::seconds(60)));

@@ -373,6 +373,13 @@ TEST_CASE("reading sagas, paging, operator retry, metrics and health") {
     CHECK(std::stoll(metrics.body.substr(finished_at + 31)) >= 5);
     CHECK(metrics.body.find("sagaflow_sagas_parked 1") != std::string::npos);
     CHECK(metrics.body.find("sagaflow_step_latency_seconds_count{step=\"reserve\"} 6") != std::string::npos);
+    // Measured, from each phase's dispatch to its reply's transaction: more than nothing, less than the test.
+    const std::string latency_sum = "sagaflow_step_latency_seconds_sum{step=\"reserve\"} ";
+    const auto sum_at = metrics.body.find(latency_sum);
+    REQUIRE(sum_at != std::string::npos);
+    const double reserve_seconds = std::stod(metrics.body.substr(sum_at + latency_sum.size()));
+    CHECK(reserve_seconds > 0.0);
+    CHECK(reserve_seconds < 6 * 60.0);
     CHECK(metrics.body.find("sagaflow_outbox_backlog ") != std::string::npos);
     CHECK(metrics.body.find("sagaflow_outbox_oldest_unpublished_seconds ") != std::string::npos);
     CHECK(metrics.body.find("sagaflow_inbox_duplicates_total ") != std::string::npos);

@@ -95,7 +95,7 @@ void ProduceAll(const std::string& brokers, const std::string& topic, const std:
 }
 
 // The handler's effect: counts each application of an event.
-void ApplyEffect(pqxx::work& tx, const outbox::InboundEvent& in) {
+void ApplyEffect(pqxx::transaction_base& tx, const outbox::InboundEvent& in) {
     tx.exec_params(
         "INSERT INTO effect VALUES ($1::uuid, 1) ON CONFLICT (event_id) DO UPDATE SET applied = effect.applied + 1",
         in.event.id);
@@ -536,7 +536,7 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
         open = false;
         counted += pending.exchange(0);
     };
-    outbox::Consumer consumer{pool, options, [&](pqxx::work& tx, const outbox::InboundEvent& in) {
+    outbox::Consumer consumer{pool, options, [&](pqxx::transaction_base& tx, const outbox::InboundEvent& in) {
                                   ++pending;
                                   if (in.event.data.value("poison", false)) throw std::runtime_error("poisoned");
                                   ApplyEffect(tx, in);
@@ -560,7 +560,7 @@ TEST_CASE("the consumer applies each event once, moves malformed and poison reco
     CHECK(reasons == std::set<std::string>{"not JSON", "no id", "handler failed 3 times: poisoned"});
 
     // The offsets were committed after the database: the same group reads nothing again.
-    outbox::Consumer again{pool, options, [](pqxx::work&, const outbox::InboundEvent&) {}};
+    outbox::Consumer again{pool, options, [](pqxx::transaction_base&, const outbox::InboundEvent&) {}};
     again.Start();
     std::this_thread::sleep_for(std::chrono::seconds(6));
     again.Stop();
@@ -624,18 +624,26 @@ TEST_CASE("a handler's first statement rides in the inbox statement, in its tran
         int call_in_transaction = 0;
         int transactions = 0;
         int asked_again_in = 0;  // the transaction whose first call threw ApplyBatchAgain
+        std::vector<std::string> problems;
+        int applied_in_transaction = 0;  // events whose effects this transaction's calls wrote or handed back
         setup.options.on_transaction_begin = [&] {
             call_in_transaction = 0;
+            applied_in_transaction = 0;
             ++transactions;
         };
-        setup.options.on_duplicate = [&](pqxx::work&, const outbox::InboundEvent&) { ++call_in_transaction; };
+        // The calls before have written their effects by now, the last one's handed back included.
+        setup.options.on_duplicate = [&](pqxx::transaction_base& tx, const outbox::InboundEvent&) {
+            ++call_in_transaction;
+            if (tx.exec1("SELECT count(*) FROM effect")[0].as<int>() < applied_in_transaction) {
+                problems.push_back("a handler's last write had not run before the duplicate's call");
+            }
+        };
         int first_calls = 0;
         int later_calls = 0;
-        std::vector<std::string> problems;
         outbox::Consumer consumer{
             *setup.pool,
             setup.options,
-            outbox::BatchHandler([&](pqxx::work& tx,
+            outbox::BatchHandler([&](pqxx::transaction_base& tx,
                                      const std::vector<const outbox::InboundEvent*>& events,
                                      const pqxx::result* companion) {
                 const bool first = call_in_transaction++ == 0;
@@ -670,7 +678,15 @@ TEST_CASE("a handler's first statement rides in the inbox statement, in its tran
                 if (companion != nullptr && !finds_rows && !companion->empty()) {
                     problems.push_back("rows from a companion that found none");
                 }
-                for (const auto* in : events) ApplyEffect(tx, *in);
+                // The effects as the call's last write: the consumer runs it before the duplicate's
+                // call, or with the COMMIT.
+                std::string applied_ids = "{";
+                for (const auto* in : events) applied_ids += (applied_ids.size() > 1 ? "," : "") + in->event.id;
+                applied_in_transaction += static_cast<int>(events.size());
+                return outbox::LastWrite{store::Statement{
+                    "INSERT INTO effect SELECT unnest($1::uuid[]), 1 ON CONFLICT (event_id) DO UPDATE SET applied = "
+                    "effect.applied + 1",
+                    {applied_ids + "}"}}};
             })};
         consumer.Start();
         const auto& m = consumer.Metrics();
@@ -724,11 +740,12 @@ TEST_CASE("binary-mode CloudEvents (ce_ headers) are applied like structured one
 
     std::mutex mutex;
     std::map<std::string, nlohmann::json> applied;
-    outbox::Consumer consumer{*setup.pool, setup.options, [&](pqxx::work& tx, const outbox::InboundEvent& in) {
-                                  ApplyEffect(tx, in);
-                                  const std::lock_guard lock(mutex);
-                                  applied[in.event.id] = in.event.data;
-                              }};
+    outbox::Consumer consumer{
+        *setup.pool, setup.options, [&](pqxx::transaction_base& tx, const outbox::InboundEvent& in) {
+            ApplyEffect(tx, in);
+            const std::lock_guard lock(mutex);
+            applied[in.event.id] = in.event.data;
+        }};
     consumer.Start();
     const auto& m = consumer.Metrics();
     CHECK(WaitFor([&] { return m.dead_lettered.load() == 2 && m.applied.load() + m.duplicates.load() == 3; },
@@ -872,12 +889,12 @@ TEST_CASE("a batch that fails and cannot be rewound is read again by a new clien
         REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
     };
     std::atomic<int> calls{0};
-    outbox::Consumer consumer{*setup.pool, setup.options, [&](pqxx::work& tx, const outbox::InboundEvent& in) {
-                                  // The first batch fails as a database that cannot take work does.
-                                  if (++calls == 1)
-                                      throw pqxx::serialization_failure("injected: the first batch fails");
-                                  ApplyEffect(tx, in);
-                              }};
+    outbox::Consumer consumer{
+        *setup.pool, setup.options, [&](pqxx::transaction_base& tx, const outbox::InboundEvent& in) {
+            // The first batch fails as a database that cannot take work does.
+            if (++calls == 1) throw pqxx::serialization_failure("injected: the first batch fails");
+            ApplyEffect(tx, in);
+        }};
     produce(10);
     ::setenv("SAGAFLOW_TEST_FAULT", "rewind", 1);
     consumer.Start();
@@ -980,7 +997,7 @@ TEST_CASE("the relay killed with SIGKILL 20 times: every row is published, dupli
     options.group_id = UniqueName("group");
     options.topics = {topic};
     options.inbox_name = "after-kills";
-    outbox::Consumer consumer{pool, options, [](pqxx::work& tx, const outbox::InboundEvent& in) {
+    outbox::Consumer consumer{pool, options, [](pqxx::transaction_base& tx, const outbox::InboundEvent& in) {
                                   tx.exec_params(
                                       "INSERT INTO effect VALUES ($1::uuid, 1) ON CONFLICT (event_id) DO "
                                       "UPDATE SET applied = effect.applied + 1",

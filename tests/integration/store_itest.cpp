@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <pqxx/pqxx>
 #include <random>
@@ -16,6 +17,7 @@
 #include "store/pool.hpp"
 #include "store/prepared.hpp"
 #include "store/sweeper.hpp"
+#include "store/transaction.hpp"
 #include "store/url.hpp"
 #include "tests/support/services.hpp"
 
@@ -290,6 +292,80 @@ TEST_CASE("array parameters arrive as the values sent, whatever their characters
           "1 -2 9007199254740993");
     const std::string id = sagaflow::outbox::NewUuidV7();
     CHECK(tx.exec_params("SELECT ($1::uuid[])[1]::text", UuidArray({id}))[0][0].as<std::string>() == id);
+}
+
+TEST_CASE("a Transaction's BEGIN rides with its first statement, its last write with the COMMIT; never reconnects") {
+    ScratchDatabase db;
+    pqxx::connection conn{db.Url()};
+    pqxx::nontransaction{conn}.exec("CREATE TABLE t (k text PRIMARY KEY, n int)");
+    const Statement insert{"INSERT INTO t (k, n) VALUES ($1, $2::int) RETURNING n, txid_current()::text",
+                           {"it's", "1"}};
+    // One simple query: BEGIN, then the statement prepared by name, its parameters as literals.
+    CHECK(BeginWith(conn, insert) == "BEGIN; EXECUTE " + PreparedName(conn, insert.sql) + "('it''s', '1')");
+    {
+        Transaction tx{conn, insert};
+        CHECK(tx.First()[0][0].as<int>() == 1);
+        // The first statement ran in the block the later ones run in.
+        CHECK(tx.Work().exec1("SELECT txid_current()::text")[0].as<std::string>() ==
+              tx.First()[0][1].as<std::string>());
+    }  // not committed
+    CHECK(Count(db.Url(), "SELECT count(*) FROM t") == 0);
+    {
+        Transaction tx{conn, insert};
+        tx.Work().exec("INSERT INTO t VALUES ('second', 2)");
+        tx.Commit();
+    }
+    CHECK(Count(db.Url(), "SELECT count(*) FROM t WHERE (k, n) IN (('it''s', 1), ('second', 2))") == 2);
+
+    // The first statement fails: the error pqxx::work would give, and no block is left open (the
+    // next transaction's statements would fail as "current transaction is aborted").
+    CHECK_THROWS_AS(Transaction(conn, insert), pqxx::unique_violation);
+    {
+        pqxx::work tx{conn};
+        CHECK(tx.exec1("SELECT count(*) FROM t")[0].as<int>() == 2);
+        tx.commit();
+    }
+    {
+        Transaction tx{conn, std::nullopt};  // a bare BEGIN
+        CHECK(tx.First().empty());
+        tx.Work().exec("INSERT INTO t VALUES ('bare', 3)");
+    }
+    CHECK(Count(db.Url(), "SELECT count(*) FROM t") == 2);
+
+    // The last write rides with the COMMIT: both or neither.
+    {
+        Transaction tx{conn, std::nullopt};
+        tx.Work().exec("INSERT INTO t VALUES ('before-last', 5)");
+        CHECK(ExecuteQuery(conn, insert).rfind("EXECUTE " + PreparedName(conn, insert.sql) + "(", 0) == 0);
+        tx.Commit(Statement{insert.sql, {"last", "6"}});
+    }
+    CHECK(Count(db.Url(), "SELECT count(*) FROM t WHERE k IN ('before-last', 'last')") == 2);
+    {
+        Transaction tx{conn, std::nullopt};
+        tx.Work().exec("INSERT INTO t VALUES ('lost-with-last', 7)");
+        CHECK_THROWS_AS(tx.Commit(insert), pqxx::unique_violation);  // 'it''s' is there
+    }
+    CHECK(Count(db.Url(), "SELECT count(*) FROM t WHERE k = 'lost-with-last'") == 0);
+    {
+        pqxx::work tx{conn};  // no block was left open
+        CHECK(tx.exec1("SELECT count(*) FROM t")[0].as<int>() == 4);
+        tx.commit();
+    }
+
+    // The session is lost in the block: later statements fail rather than run on a new session,
+    // outside any transaction, and the commit's outcome is reported unknown.
+    {
+        Transaction tx{conn, Statement{"SELECT pg_backend_pid()", {}}};
+        const auto pid = tx.First()[0][0].as<std::string>();
+        Execute(db.Url(), "SELECT pg_terminate_backend(" + pid + ")");
+        while (Count(db.Url(), "SELECT count(*) FROM pg_stat_activity WHERE pid = " + pid) != 0) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        CHECK_THROWS_AS(tx.Work().exec("INSERT INTO t VALUES ('after-loss', 4)"), pqxx::broken_connection);
+        CHECK_THROWS_AS(tx.Work().exec("INSERT INTO t VALUES ('after-loss', 4)"), pqxx::broken_connection);
+        CHECK_THROWS_AS(tx.Commit(), pqxx::in_doubt_error);
+    }
+    CHECK(Count(db.Url(), "SELECT count(*) FROM t WHERE k = 'after-loss'") == 0);
 }
 
 TEST_CASE("a session of sagaflow's own statements plans an array statement once, on an index") {

@@ -1,0 +1,82 @@
+#include "store/transaction.hpp"
+
+#include <pqxx/except>
+#include <stdexcept>
+
+#include "store/prepared.hpp"
+
+namespace sagaflow::store {
+
+namespace {
+
+// libpqxx 6.4 reconnects a lost connection at the next statement unless told not to. Inside a
+// block it opened itself (pqxx::work) it never does; a block opened in plain SQL needs the switch,
+// or a statement after a lost connection would run on a new session, outside any transaction.
+pqxx::connection_base& WithoutReactivation(pqxx::connection_base& conn) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    conn.inhibit_reactivation(true);
+#pragma GCC diagnostic pop
+    return conn;
+}
+
+}  // namespace
+
+std::string ExecuteQuery(pqxx::connection_base& conn, const Statement& statement) {
+    const std::string name = PreparedName(conn, statement.sql);
+    conn.prepare_now(name);  // a lookup once the connection has it
+    std::string query = "EXECUTE " + name;
+    if (!statement.params.empty()) {
+        query += '(';
+        for (std::size_t i = 0; i < statement.params.size(); ++i) {
+            if (i != 0) query += ", ";
+            query += conn.quote(statement.params[i]);  // an untyped literal: the parameter's type decides, as for $n
+        }
+        query += ')';
+    }
+    return query;
+}
+
+std::string BeginWith(pqxx::connection_base& conn, const Statement& first) {
+    return "BEGIN; " + ExecuteQuery(conn, first);
+}
+
+Transaction::Transaction(pqxx::connection_base& conn, const std::optional<Statement>& first)
+    : work_{WithoutReactivation(conn)} {
+    try {
+        first_ = work_.exec(first ? BeginWith(conn, *first) : std::string("BEGIN"));
+        open_ = true;
+    } catch (...) {
+        RollBack();  // the BEGIN ran if the statement after it failed: the block is open and aborted
+        throw;
+    }
+}
+
+Transaction::~Transaction() {
+    if (open_) RollBack();
+}
+
+void Transaction::Commit(const std::optional<Statement>& last) {
+    if (!open_) throw std::logic_error("the transaction is not open");
+    const std::string query = last ? ExecuteQuery(work_.conn(), *last) + "; COMMIT" : std::string("COMMIT");
+    open_ = false;
+    try {
+        work_.exec0(query);
+    } catch (const pqxx::broken_connection& e) {
+        throw pqxx::in_doubt_error(std::string("the connection was lost while committing: ") + e.what());
+    } catch (...) {
+        // The last statement failed (the block is open and aborted), or the COMMIT did (it is closed).
+        if (last) RollBack();
+        throw;
+    }
+    work_.commit();
+}
+
+void Transaction::RollBack() noexcept {
+    try {
+        if (work_.conn().is_open()) work_.exec0("ROLLBACK");
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the failure that led here is the one to report
+    }
+}
+
+}  // namespace sagaflow::store
