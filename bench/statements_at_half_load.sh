@@ -6,8 +6,9 @@
 # and CPU per saga by process group (bench/context_switches.py over 25 s of the phase).
 #   bench/statements_at_half_load.sh [BUILD] [saga_bench options...]   (BUILD: build/release)
 # e.g. bench/statements_at_half_load.sh build/release --seconds 30 --warmup 20
-# A simple query of several statements (the participant's `SET LOCAL …; SAVEPOINT …`) is one round
-# trip but counts once per statement. Output goes to stdout; the run's JSON to bench/results/.
+# A simple query of several statements (`BEGIN; EXECUTE …`, `EXECUTE …; COMMIT`, the participant's
+# `SELECT set_config(…); SAVEPOINT …`) is one round trip but counts once per statement; with perf
+# installed, the round trips are counted too (PostgreSQL's sends). Output goes to stdout; the run's JSON to bench/results/.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -43,6 +44,12 @@ sf_log "waiting for the 50 % phase (after the warm-up, the closed loop and the 2
 wait_line "open-25%"
 psql "$url" -qAtc "SELECT pg_stat_statements_reset()" >/dev/null
 python3 bench/context_switches.py "$url" 25 >"$log.cs" 2>&1 &
+# Round trips, counted exactly: PostgreSQL answers each with one send (its ReadyForQuery flush), so
+# the sends of its processes over the same window are the round trips (plus the few notifications).
+if command -v perf >/dev/null; then
+    perf stat -e syscalls:sys_enter_sendto -x, -o "$log.sends" -p "$(pgrep -d, -x postgres)" -- sleep 25 \
+        >/dev/null 2>&1 &
+fi
 wait_line "open-50%"
 psql "$url" -qc "CREATE TABLE bench_statements AS SELECT query, calls, total_exec_time FROM pg_stat_statements
     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
@@ -56,4 +63,10 @@ echo -e "calls/saga\tms/call\tstatement"
 psql "$url" -qAtF $'\t' -c "SELECT round(sum(calls)::numeric / $sagas, 2), round((sum(total_exec_time) / sum(calls))::numeric, 3),
     left(regexp_replace(query, '\s+', ' ', 'g'), 100) FROM bench_statements GROUP BY 3 ORDER BY 1 DESC, 3"
 cat "$log.cs"
+if [[ -s "$log.sends" ]]; then
+    window_sagas=$(sed -n 's/^\([0-9]*\) sagas in .*/\1/p' "$log.cs")
+    sends=$(grep sys_enter_sendto "$log.sends" | cut -d, -f1)
+    [[ -z "$window_sagas" || -z "$sends" ]] ||
+        echo "round trips (PostgreSQL's sends, perf): $(python3 -c "print(round($sends / $window_sagas, 2))") per saga"
+fi
 sf_log "results: $out"
