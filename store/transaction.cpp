@@ -12,6 +12,8 @@ namespace {
 // libpqxx 6.4 reconnects a lost connection at the next statement unless told not to. Inside a
 // block it opened itself (pqxx::work) it never does; a block opened in plain SQL needs the switch,
 // or a statement after a lost connection would run on a new session, outside any transaction.
+// The switch stays on for the connection's life: whoever owns it reconnects for itself (the pool
+// replaces a connection that is no longer open).
 pqxx::connection_base& WithoutReactivation(pqxx::connection_base& conn) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

@@ -13,8 +13,9 @@
 // Lifecycle: constructed (BEGIN and the first statement ran; a failure of either throws what
 // pqxx::work would, and the block is rolled back) -> statements -> Commit(), optionally with the
 // transaction's last write in the same round trip, or destruction, which rolls back. The connection never reconnects
-// silently while the block is open (reactivation is inhibited): a lost connection throws pqxx::broken_connection from
-// the statement that found it, and from Commit() pqxx::in_doubt_error, as pqxx::work's commit does.
+// silently: its reactivation is inhibited from the first Transaction on, for its whole life (its owner reconnects,
+// as store::ConnectionPool does). A lost connection throws pqxx::broken_connection from the statement that found it,
+// and from Commit() pqxx::in_doubt_error, as pqxx::work's commit does.
 
 #include <optional>
 #include <pqxx/connection_base>
