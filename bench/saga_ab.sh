@@ -38,7 +38,8 @@ for ((round = 1; round <= rounds; round++)); do
         out="bench/results/saga-ab-$side-$round-$stamp.json"
         sf_log "round $round of $rounds: $side ($build)"
         "$build/bench/saga_bench" "${url%/*}/$db" "$brokers" --json "$out" --cli "$(cli_of "$build")" \
-            --services-dir "$build/examples/order-payment" --saga sagas/order-payment.yaml "$@" "${side_args[@]}" >/dev/null
+            --services-dir "$build/examples/order-payment" --saga sagas/order-payment.yaml \
+            --broker-gc-log "$kstate/gc.log" "$@" "${side_args[@]}" >/dev/null
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d['servers']; p=d['phases'][0]; \
 print(f\"{sys.argv[2]}: {p['completed_per_second']:.1f} sagas/s, ratio {d['ratio_sagas_per_commit']:.4f}, \
 WAL records/saga {s['postgres_wal_records_per_saga_closed_loop']:.1f}, commits/saga {s['postgres_commits_per_saga_closed_loop']:.2f}\")" \

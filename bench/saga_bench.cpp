@@ -20,6 +20,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -54,7 +56,8 @@ struct Args {
     // --consumer-property K=V (repeatable): librdkafka properties for the consumers of the engine
     // and of both services (tuning experiments; recorded in the JSON).
     std::vector<std::string> consumer_properties;
-    int warmup = 60;  // seconds of closed loop before measuring: the broker's JIT compiles meanwhile
+    std::string broker_gc_log;  // --broker-gc-log: the broker's GC log, for its pauses per phase
+    int warmup = 60;            // seconds of closed loop before measuring: the broker's JIT compiles meanwhile
     // --databases per-service: the order and payment services each in a database of their own on the
     // same server (as services are usually deployed), not in schemas of the engine's database.
     bool service_databases = false;
@@ -236,7 +239,48 @@ struct Phase {
     double completed_per_second = 0;
     double p50_ms = 0, p95_ms = 0, p99_ms = 0;
     nlohmann::json hops;  // where a saga's time went: all sagas against the slowest 1 %
+    std::chrono::system_clock::time_point wall_start, wall_end;  // for the broker's GC log
+    nlohmann::json broker_gc;                                    // its pauses in the phase, with --broker-gc-log
 };
+
+// The broker's stop-the-world GC pauses within [from, to], from its unified JVM log
+// (-Xlog:gc:file=...:time,...: "[2026-12-06T11:07:46.809+0000][210.513s] GC(59) Pause Young ... 11.648ms");
+// the rotated files (gc.log.0, .1) are read too. A paused broker holds every produce and fetch.
+nlohmann::json BrokerGcPauses(const std::string& log,
+                              std::chrono::system_clock::time_point from,
+                              std::chrono::system_clock::time_point to) {
+    int count = 0;
+    double total_ms = 0, longest_ms = 0;
+    for (const std::string& path : {log + ".1", log + ".0", log}) {
+        std::ifstream in(path);
+        for (std::string line; std::getline(in, line);) {
+            if (line.find(" Pause ") == std::string::npos || line.size() < 30 || line.back() != 's') continue;
+            std::tm tm{};
+            int millis = 0;
+            if (std::sscanf(line.c_str(),
+                            "[%d-%d-%dT%d:%d:%d.%d",
+                            &tm.tm_year,
+                            &tm.tm_mon,
+                            &tm.tm_mday,
+                            &tm.tm_hour,
+                            &tm.tm_min,
+                            &tm.tm_sec,
+                            &millis) != 7) {
+                continue;
+            }
+            tm.tm_year -= 1900;
+            tm.tm_mon -= 1;
+            const auto at = std::chrono::system_clock::from_time_t(timegm(&tm)) + std::chrono::milliseconds(millis);
+            if (at < from || at > to) continue;
+            const auto space = line.rfind(' ');
+            const double ms = std::strtod(line.c_str() + space + 1, nullptr);
+            ++count;
+            total_ms += ms;
+            longest_ms = std::max(longest_ms, ms);
+        }
+    }
+    return {{"pauses", count}, {"pause_ms", total_ms}, {"longest_ms", longest_ms}};
+}
 
 // When the relays handed each record to their producers: the records' own timestamps
 // (CreateTime, set by librdkafka at the produce call), read back after a phase from the offsets the
@@ -497,6 +541,8 @@ int main(int argc, char** argv) {
             a.pgbench = v;
         else if (k == "--consumer-property")
             a.consumer_properties.push_back(v);
+        else if (k == "--broker-gc-log")
+            a.broker_gc_log = v;
         else if (k == "--databases") {  // shared (default) | per-service
             a.service_databases = v == "per-service";
             g_hops_readable = !a.service_databases;
@@ -673,12 +719,14 @@ int main(int argc, char** argv) {
         p.name = "closed-loop";
         const std::string prefix = "closed-";
         const auto t0 = Clock::now();
+        p.wall_start = std::chrono::system_clock::now();
         const auto end = t0 + std::chrono::seconds(a.seconds);
         sample_rss = true;
         const long long at_end = closed_loop(prefix, end);
         sample_rss = false;
         p.started = closed_started;
         p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        p.wall_end = std::chrono::system_clock::now();
         while (pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         p.completed_per_second = static_cast<double>(at_end) / p.seconds;
         while (Terminal(conn, prefix) < p.started && Clock::now() < end + std::chrono::seconds(60)) {
@@ -706,6 +754,7 @@ int main(int argc, char** argv) {
         const std::string prefix = "open" + std::to_string(static_cast<int>(fraction * 100)) + "-";
         const auto from = records.Ends();
         const auto t0 = Clock::now();
+        p.wall_start = std::chrono::system_clock::now();
         const auto end = t0 + std::chrono::seconds(a.seconds);
         while (Clock::now() < end) {
             const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -716,6 +765,7 @@ int main(int argc, char** argv) {
             std::this_thread::sleep_for(std::chrono::milliseconds(2));
         }
         p.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+        p.wall_end = std::chrono::system_clock::now();
         while (pending.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         while (Terminal(conn, prefix) < p.started && Clock::now() < end + std::chrono::seconds(60)) {
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -739,6 +789,9 @@ int main(int argc, char** argv) {
                        {"inflight", a.inflight},
                        {"phases", nlohmann::json::array()},
                        {"processes", nlohmann::json::object()}};
+    for (auto& p : phases) {
+        if (!a.broker_gc_log.empty()) p.broker_gc = BrokerGcPauses(a.broker_gc_log, p.wall_start, p.wall_end);
+    }
     for (const auto& p : phases) {
         out["phases"].push_back({{"name", p.name},
                                  {"offered_rate", p.offered_rate},
@@ -748,6 +801,7 @@ int main(int argc, char** argv) {
                                  {"p95_ms", p.p95_ms},
                                  {"p99_ms", p.p99_ms},
                                  {"hops", p.hops}});
+        if (!p.broker_gc.is_null()) out["phases"].back()["broker_gc"] = p.broker_gc;
     }
     for (const auto& [name, pid] : pids) {
         out["processes"][name] = {

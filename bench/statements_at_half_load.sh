@@ -32,7 +32,7 @@ out="bench/results/saga-statements-$(date -u +%Y%m%dT%H%M%SZ).json"
 log=$(mktemp)
 cli="$build/tools/cli/sagaflow"
 "$build/bench/saga_bench" "$url" "$brokers" --json "$out" --cli "$cli" --services-dir "$build/examples/order-payment" \
-    --saga sagas/order-payment.yaml "$@" >/dev/null 2>"$log" &
+    --saga sagas/order-payment.yaml --broker-gc-log "$kstate/gc.log" "$@" >/dev/null 2>"$log" &
 bench=$!
 wait_line() {
     until grep -q "$1" "$log"; do
