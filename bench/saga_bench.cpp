@@ -33,6 +33,8 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <atomic>
 #include <boost/asio/post.hpp>
@@ -240,21 +242,18 @@ struct Phase {
     double p50_ms = 0, p95_ms = 0, p99_ms = 0;
     nlohmann::json hops;  // where a saga's time went: all sagas against the slowest 1 %
     std::chrono::system_clock::time_point wall_start, wall_end;  // for the broker's GC log
-    nlohmann::json broker_gc;                                    // its pauses in the phase, with --broker-gc-log
 };
 
-// The broker's stop-the-world GC pauses within [from, to], from its unified JVM log
+// The broker's stop-the-world GC pauses, as (when logged, ms), from its unified JVM log
 // (-Xlog:gc:file=...:time,...: "[2026-12-06T11:07:46.809+0000][210.513s] GC(59) Pause Young ... 11.648ms");
 // the rotated files (gc.log.0, .1) are read too. A paused broker holds every produce and fetch.
-nlohmann::json BrokerGcPauses(const std::string& log,
-                              std::chrono::system_clock::time_point from,
-                              std::chrono::system_clock::time_point to) {
-    int count = 0;
-    double total_ms = 0, longest_ms = 0;
+using GcPause = std::pair<std::chrono::system_clock::time_point, double>;
+std::vector<GcPause> BrokerGcPauses(const std::string& log) {
+    std::vector<GcPause> pauses;
     for (const std::string& path : {log + ".1", log + ".0", log}) {
         std::ifstream in(path);
         for (std::string line; std::getline(in, line);) {
-            if (line.find(" Pause ") == std::string::npos || line.size() < 30 || line.back() != 's') continue;
+            if (line.find(" Pause ") == std::string::npos || line.back() != 's') continue;
             std::tm tm{};
             int millis = 0;
             if (std::sscanf(line.c_str(),
@@ -270,14 +269,24 @@ nlohmann::json BrokerGcPauses(const std::string& log,
             }
             tm.tm_year -= 1900;
             tm.tm_mon -= 1;
-            const auto at = std::chrono::system_clock::from_time_t(timegm(&tm)) + std::chrono::milliseconds(millis);
-            if (at < from || at > to) continue;
-            const auto space = line.rfind(' ');
-            const double ms = std::strtod(line.c_str() + space + 1, nullptr);
-            ++count;
-            total_ms += ms;
-            longest_ms = std::max(longest_ms, ms);
+            pauses.emplace_back(std::chrono::system_clock::from_time_t(timegm(&tm)) + std::chrono::milliseconds(millis),
+                                std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr));
         }
+    }
+    return pauses;
+}
+
+// The pauses logged within [from, to]: their number, total and longest.
+nlohmann::json PausesWithin(const std::vector<GcPause>& pauses,
+                            std::chrono::system_clock::time_point from,
+                            std::chrono::system_clock::time_point to) {
+    int count = 0;
+    double total_ms = 0, longest_ms = 0;
+    for (const auto& [at, ms] : pauses) {
+        if (at < from || at > to) continue;
+        ++count;
+        total_ms += ms;
+        longest_ms = std::max(longest_ms, ms);
     }
     return {{"pauses", count}, {"pause_ms", total_ms}, {"longest_ms", longest_ms}};
 }
@@ -789,9 +798,7 @@ int main(int argc, char** argv) {
                        {"inflight", a.inflight},
                        {"phases", nlohmann::json::array()},
                        {"processes", nlohmann::json::object()}};
-    for (auto& p : phases) {
-        if (!a.broker_gc_log.empty()) p.broker_gc = BrokerGcPauses(a.broker_gc_log, p.wall_start, p.wall_end);
-    }
+    const auto gc_pauses = a.broker_gc_log.empty() ? std::vector<GcPause>{} : BrokerGcPauses(a.broker_gc_log);
     for (const auto& p : phases) {
         out["phases"].push_back({{"name", p.name},
                                  {"offered_rate", p.offered_rate},
@@ -801,7 +808,9 @@ int main(int argc, char** argv) {
                                  {"p95_ms", p.p95_ms},
                                  {"p99_ms", p.p99_ms},
                                  {"hops", p.hops}});
-        if (!p.broker_gc.is_null()) out["phases"].back()["broker_gc"] = p.broker_gc;
+        if (!a.broker_gc_log.empty()) {
+            out["phases"].back()["broker_gc"] = PausesWithin(gc_pauses, p.wall_start, p.wall_end);
+        }
     }
     for (const auto& [name, pid] : pids) {
         out["processes"][name] = {
