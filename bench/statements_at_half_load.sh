@@ -46,9 +46,17 @@ psql "$url" -qAtc "SELECT pg_stat_statements_reset()" >/dev/null
 python3 bench/context_switches.py "$url" 25 >"$log.cs" 2>&1 &
 # Round trips, counted exactly: PostgreSQL answers each with one send (its ReadyForQuery flush), so
 # the sends of its processes over the same window are the round trips (plus the few notifications).
+# A process that ends as perf attaches (a short session) fails the count: it is tried again. The
+# front end's own sends count its round trips: the starts' and the driver's polls (it runs no relay
+# and no consumer).
+count_sends() {  # OUT PIDS-COMMAND
+    for _ in 1 2 3; do
+        perf stat -e syscalls:sys_enter_sendto -x, -o "$1" -p "$($2)" -- sleep 25 >/dev/null 2>&1 && return
+    done
+}
 if command -v perf >/dev/null; then
-    perf stat -e syscalls:sys_enter_sendto -x, -o "$log.sends" -p "$(pgrep -d, -x postgres)" -- sleep 25 \
-        >/dev/null 2>&1 &
+    count_sends "$log.sends" "pgrep -d, -x postgres" &
+    count_sends "$log.front" "echo $bench" &
 fi
 wait_line "open-50%"
 psql "$url" -qc "CREATE TABLE bench_statements AS SELECT query, calls, total_exec_time FROM pg_stat_statements
@@ -65,8 +73,11 @@ psql "$url" -qAtF $'\t' -c "SELECT round(sum(calls)::numeric / $sagas, 2), round
 cat "$log.cs"
 if [[ -s "$log.sends" ]]; then
     window_sagas=$(sed -n 's/^\([0-9]*\) sagas in .*/\1/p' "$log.cs")
-    sends=$(grep sys_enter_sendto "$log.sends" | cut -d, -f1)
+    sends=$(grep sys_enter_sendto "$log.sends" | cut -d, -f1) || true
     [[ -z "$window_sagas" || -z "$sends" ]] ||
         echo "round trips (PostgreSQL's sends, perf): $(python3 -c "print(round($sends / $window_sagas, 2))") per saga"
+    front=$(grep sys_enter_sendto "$log.front" | cut -d, -f1) || true
+    [[ -z "$window_sagas" || -z "$front" ]] ||
+        echo "the front end's sends (its starts and the driver's polls): $(python3 -c "print(round($front / $window_sagas, 2))") per saga"
 fi
 sf_log "results: $out"

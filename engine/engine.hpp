@@ -160,7 +160,8 @@ struct SagaView {
 // The answer of StartSaga. Expected outcomes are values: only a broken database throws (a
 // std::exception; `store::IsTransientDatabaseError(e)` from store/errors.hpp tells an outage —
 // out of disk, restarting, read-only, connection lost — that a retry with the same key survives:
-// nothing was stored).
+// it starts the saga, or replays the one a lost connection left started). A connection lost during
+// the start is settled inside: the start runs again on a new connection and starts the saga once.
 struct StartResult {
     enum class Status {
         kStarted,       // a new saga, `saga_id`

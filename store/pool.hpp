@@ -12,7 +12,10 @@
 // A job is one transaction. If its connection breaks before commit (pqxx::broken_connection), the
 // transaction rolled back, so the worker reconnects with backoff and runs the job again, up to
 // `max_job_attempts` times. A break during commit is pqxx::in_doubt_error and goes to the caller:
-// only it can resolve the unknown outcome (e.g. by looking up an idempotency key).
+// only it can resolve the unknown outcome (e.g. by looking up an idempotency key). A job that runs
+// a statement outside a transaction block (it commits on its own) sees the same break as
+// pqxx::broken_connection, and runs again: it must settle whether its first run committed (an
+// engine's start runs the same statement again, which meets the first run's rows).
 
 #include <chrono>
 #include <condition_variable>

@@ -16,7 +16,8 @@ bool GuardDisabled(std::string_view guard);
 
 // True when `fault` is listed in SAGAFLOW_TEST_FAULT (read at each call: a test sets it around the
 // part it breaks). Faults that cannot be caused from outside the process: `rewind` (the consumer's
-// seek back to a failed batch reports failure without seeking).
+// seek back to a failed batch reports failure without seeking), `start-reply-lost` (an embedded
+// start's statement commits, then its connection is closed before the answer is read).
 bool TestFault(std::string_view fault);
 
 }  // namespace sagaflow::store

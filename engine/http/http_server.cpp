@@ -28,6 +28,7 @@
 #include "store/pool.hpp"
 #include "store/prepared.hpp"
 #include "store/sweeper.hpp"
+#include "store/transaction.hpp"
 
 namespace sagaflow::detail {
 
@@ -664,8 +665,11 @@ constexpr int kIdempotencyLockClass = 0x6964656d;
 // The answer for a key this request could not claim: the stored response, 409 for another body or
 // a request still in progress — or nullopt when the record is a dead server's claim that this
 // request (holding the key's lock) has taken over.
-std::optional<Response> AnswerFromRecord(
-    pqxx::work& tx, const std::string& scope, const std::string& key, const std::string& hash, bool lock_held) {
+std::optional<Response> AnswerFromRecord(pqxx::transaction_base& tx,
+                                         const std::string& scope,
+                                         const std::string& key,
+                                         const std::string& hash,
+                                         bool lock_held) {
     const auto in_progress = [] {
         auto r = Problem(409,
                          "request-in-progress",
@@ -807,39 +811,33 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
     // is older than 30 s belongs to a server that died: it is taken over.
     PendingStart pending;
     StartResult started;
+    // Three round trips for a new saga: BEGIN with the claim, the start, the answer with COMMIT.
     Response response = pool.RunBlocking([&](pqxx::connection& conn) -> Response {
-        pqxx::work tx{conn};
-        const auto claim = store::Exec(
-            tx,
-            "WITH lock AS (SELECT pg_try_advisory_xact_lock(" + std::to_string(kIdempotencyLockClass) +
-                ", hashtext($1 || chr(31) || $2)) AS held), claim AS (INSERT INTO idempotency_record (scope, "
-                "idempotency_key, command_hash, state, expires_at) SELECT $1, $2, $3, 'in_progress', now() + $4 * "
-                "interval '1 hour' FROM lock WHERE held ON CONFLICT DO NOTHING RETURNING 1) SELECT held, EXISTS "
-                "(SELECT 1 FROM claim) FROM lock",
-            scope,
-            key,
-            hash,
-            ttl_hours);
+        store::Transaction tx{
+            conn,
+            store::Statement{
+                "WITH lock AS (SELECT pg_try_advisory_xact_lock(" + std::to_string(kIdempotencyLockClass) +
+                    ", hashtext($1 || chr(31) || $2)) AS held), claim AS (INSERT INTO idempotency_record (scope, "
+                    "idempotency_key, command_hash, state, expires_at) SELECT $1, $2, $3, 'in_progress', now() + "
+                    "$4::int * interval '1 hour' FROM lock WHERE held ON CONFLICT DO NOTHING RETURNING 1) SELECT "
+                    "held, EXISTS (SELECT 1 FROM claim) FROM lock",
+                {scope, key, hash, ttl_hours}}};
+        const auto& claim = tx.First();
         const bool held = claim[0][0].as<bool>();
         if (!claim[0][1].as<bool>()) {
-            if (auto answer = AnswerFromRecord(tx, scope, key, hash, held)) return std::move(*answer);
+            if (auto answer = AnswerFromRecord(tx.Work(), scope, key, hash, held)) return std::move(*answer);
         }
-        StartResult result = sagas_.StartIn(tx, *definition, type, input, saga_key, trace, pending);
+        StartResult result = sagas_.StartIn(tx.Work(), *definition, type, input, saga_key, trace, pending);
         Response r = result.status == StartResult::Status::kConflict
                          ? Problem(409, "idempotency-key-reused", "Idempotency-Key reused", result.message)
                          : Json(result.status == StartResult::Status::kStarted ? 201 : 200,
                                 {{"sagaId", result.saga_id},
                                  {"status", "running"},
                                  {"links", {{"self", "/v1/sagas/" + result.saga_id}}}});
-        store::Exec(tx,
-                    "UPDATE idempotency_record SET state = 'completed', http_status = $3, response = $4::jsonb, "
-                    "saga_id = $5::uuid WHERE scope = $1 AND idempotency_key = $2",
-                    scope,
-                    key,
-                    r.status,
-                    r.body,
-                    result.saga_id);
-        tx.commit();
+        tx.Commit(
+            store::Statement{"UPDATE idempotency_record SET state = 'completed', http_status = $3::int, "
+                             "response = $4::jsonb, saga_id = $5::uuid WHERE scope = $1 AND idempotency_key = $2",
+                             {scope, key, std::to_string(r.status), r.body, result.saga_id}});
         started = std::move(result);
         return r;
     });

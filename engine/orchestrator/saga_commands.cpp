@@ -13,6 +13,7 @@
 #include "store/inbox.hpp"
 #include "store/pool.hpp"
 #include "store/prepared.hpp"
+#include "store/test_guards.hpp"
 
 namespace sagaflow::detail {
 
@@ -33,26 +34,63 @@ StartResult SagaCommands::Start(const std::string& type,
     // Refused without a connection: bad input gets its answer while the database is away too.
     if (auto refusal = Refusal(type, input, definition)) return std::move(*refusal);
     PendingStart pending;
-    const StartResult result = sagas_.Pool().RunBlocking([&](pqxx::connection& conn) {
-        pqxx::work tx{conn};
-        StartResult r = StartIn(tx, *definition, type, input, key, trace, pending);
-        if (r.status == StartResult::Status::kStarted) tx.commit();
-        return r;
-    });
+    const PlannedStart planned = PlanStart(*definition, type, input, key, trace, pending);
+    const StartResult result = RunStart(planned, type, input, key);
     Committed(result, pending);
     return result;
 }
 
-// A start's database work: the saga row (or the one its key started before), its first steps
-// and their commands.
-StartResult SagaCommands::StartIn(pqxx::work& tx,
+// The start's statement on its own, so its transaction is that statement: one round trip. When its
+// connection is lost the pool runs the job again on a new one, and the statement may have committed
+// before the loss. The run again settles that: its rows hold the same saga id and event ids, so a
+// unique violation, or the key's saga being this one, means the first run committed: the saga is
+// started, once. (The pool gives up after PoolOptions::max_job_attempts; the caller then cannot
+// tell, and a retry with the same key finds the saga if one went in.)
+StartResult SagaCommands::RunStart(const PlannedStart& planned,
+                                   const std::string& type,
+                                   const nlohmann::json& input,
+                                   const std::string& key) {
+    int runs = 0;
+    return sagas_.Pool().RunBlocking([&](pqxx::connection& conn) {
+        const bool again = runs++ > 0;
+        if (again) spdlog::warn("start of saga {}: its connection was lost; running the start again", planned.saga_id);
+        pqxx::nontransaction tx{conn};
+        pqxx::result rows;
+        try {
+            rows = store::ExecTexts(tx, planned.statement.sql, planned.statement.params);
+        } catch (const pqxx::unique_violation&) {
+            if (!again) throw;
+            return Outcome(tx, true, planned, type, input, key);
+        }
+        if (!again && store::TestFault("start-reply-lost")) {
+            // TEST ONLY: the start committed and its answer is lost with the connection.
+            conn.disconnect();
+            throw pqxx::broken_connection("the connection was lost after the start committed (test fault)");
+        }
+        return Outcome(tx, WriteBatch::StartedBy(rows), planned, type, input, key);
+    });
+}
+
+StartResult SagaCommands::StartIn(pqxx::transaction_base& tx,
                                   const SagaDefinition& definition,
                                   const std::string& type,
                                   const nlohmann::json& input,
                                   const std::string& key,
                                   const TraceContext& trace,
                                   PendingStart& pending) {
-    StartResult r;
+    const PlannedStart planned = PlanStart(definition, type, input, key, trace, pending);
+    const auto rows = store::ExecTexts(tx, planned.statement.sql, planned.statement.params);
+    return Outcome(tx, WriteBatch::StartedBy(rows), planned, type, input, key);
+}
+
+// A start's database work, before any transaction: the saga row (unless its key started one
+// before), its first steps and their commands, as one statement.
+SagaCommands::PlannedStart SagaCommands::PlanStart(const SagaDefinition& definition,
+                                                   const std::string& type,
+                                                   const nlohmann::json& input,
+                                                   const std::string& key,
+                                                   const TraceContext& trace,
+                                                   PendingStart& pending) {
     LoadedSaga saga;
     saga.saga_id = outbox::NewUuidV7();
     saga.saga_type = type;
@@ -65,34 +103,45 @@ StartResult SagaCommands::StartIn(pqxx::work& tx,
     const auto decision = machine::Decide(definition, saga.state, machine::Begin{});
     WriteBatch writes;
     SideEffects none;  // a start finishes no step and parks nothing
-    const auto effects = sagas_.Persist(
-        tx, definition, saga, decision, none, {{"started", {}, {}, 0, {}, {{"version", definition.version}}}}, &writes);
-    // The saga row with its first state, its timeline and its first commands in one
-    // statement; nothing if the key started a saga before.
-    if (writes.InsertStarted(
-            tx,
-            {type,
-             definition.version,
-             definition.hash,
-             input.dump(),
-             key.empty() ? std::nullopt : std::optional<std::string>(key),
-             saga.traceparent,
-             saga.tracestate,
-             definition.deadline ? std::optional<std::int64_t>(definition.deadline->count()) : std::nullopt})) {
-        sagas_.RecordLatencies(writes.Flush(tx));
-        pending.next_timer = effects.next_timer;
-        if (definition.deadline && (!pending.next_timer || *definition.deadline < *pending.next_timer)) {
-            pending.next_timer = *definition.deadline;
-        }
+    const auto effects = sagas_.Queue(
+        definition, saga, decision, none, {{"started", {}, {}, 0, {}, {{"version", definition.version}}}}, writes);
+    pending.next_timer = effects.next_timer;
+    if (definition.deadline && (!pending.next_timer || *definition.deadline < *pending.next_timer)) {
+        pending.next_timer = *definition.deadline;
+    }
+    return {saga.saga_id,
+            writes.StartStatement(
+                {type,
+                 definition.version,
+                 definition.hash,
+                 input.dump(),
+                 key.empty() ? std::nullopt : std::optional<std::string>(key),
+                 saga.traceparent,
+                 saga.tracestate,
+                 definition.deadline ? std::optional<std::int64_t>(definition.deadline->count()) : std::nullopt})};
+}
+
+// What a start's statement did: started the planned saga, or found the key's saga.
+StartResult SagaCommands::Outcome(pqxx::transaction_base& tx,
+                                  bool started,
+                                  const PlannedStart& planned,
+                                  const std::string& type,
+                                  const nlohmann::json& input,
+                                  const std::string& key) {
+    StartResult r;
+    if (started) {
         r.status = StartResult::Status::kStarted;
-        r.saga_id = saga.saga_id;
+        r.saga_id = planned.saga_id;
         return r;
     }
     // The key was used: jsonb equality ignores key order and whitespace, so the same input
-    // written differently is still the same command.
+    // written differently is still the same command. The key's saga may be this one, from a run
+    // of the start whose connection was lost after it committed.
     const auto existing = FindByIdempotencyKey(tx, type, key, input.dump());
     r.saga_id = existing.saga_id;
-    if (existing.same_input) {
+    if (existing.saga_id == planned.saga_id) {
+        r.status = StartResult::Status::kStarted;
+    } else if (existing.same_input) {
         r.status = StartResult::Status::kReplayed;
     } else {
         r.status = StartResult::Status::kConflict;

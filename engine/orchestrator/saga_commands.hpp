@@ -34,7 +34,7 @@ class SagaCommands {
                                        std::shared_ptr<const SagaDefinition>& definition) const;
     // A start's database work inside the caller's transaction (after Refusal passed); once it has
     // committed, the caller calls Committed.
-    StartResult StartIn(pqxx::work& tx,
+    StartResult StartIn(pqxx::transaction_base& tx,
                         const SagaDefinition& definition,
                         const std::string& type,
                         const nlohmann::json& input,
@@ -81,6 +81,27 @@ class SagaCommands {
 
   private:
     void RequireStarted() const { static_cast<void>(sagas_.Pool()); }
+    // A start's writes as one statement, planned before its transaction opens.
+    struct PlannedStart {
+        std::string saga_id;
+        store::Statement statement;
+    };
+    PlannedStart PlanStart(const SagaDefinition& definition,
+                           const std::string& type,
+                           const nlohmann::json& input,
+                           const std::string& key,
+                           const TraceContext& trace,
+                           PendingStart& pending);
+    StartResult RunStart(const PlannedStart& planned,
+                         const std::string& type,
+                         const nlohmann::json& input,
+                         const std::string& key);
+    StartResult Outcome(pqxx::transaction_base& tx,
+                        bool started,
+                        const PlannedStart& planned,
+                        const std::string& type,
+                        const nlohmann::json& input,
+                        const std::string& key);
     // An operator's action on one saga: `act` runs under the saga's row lock in a transaction it
     // commits; Result::Status::kNotFound when there is no saga of that id.
     template <typename Result, typename Act>

@@ -347,7 +347,7 @@ WriteBatch::Pending WriteBatch::TakeStatement() {
     return pending;
 }
 
-bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) {
+store::Statement WriteBatch::StartStatement(const NewSaga& saga) {
     const SagaRow& row = saga_rows_.at(0);
     ArrayColumns saga_row{{{"s", "uuid"},
                            {"t", "text"},
@@ -394,21 +394,19 @@ bool WriteBatch::InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga) 
     sql += NewStepsSql(statement, NewStepColumns(new_steps_), "EXISTS (SELECT FROM saga)");
     sql += ", dispatch AS (" + outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
            " RETURNING 1) SELECT count(*) FROM saga";
-    const auto inserted = statement.Exec(tx, sql);
+    sagas_.clear();
+    updates_.clear();
     saga_rows_.clear();
     timeline_.clear();
     new_steps_.clear();
-    if (inserted[0][0].as<int>() == 1) return true;
-    sagas_.clear();
-    updates_.clear();
-    return false;
+    return statement.ToStatement(std::move(sql));
 }
 
 // One decision's writes, queued in a WriteBatch: the changed step phases, each command's rows and
 // timeline entries, then the saga row and its timeline.
 class Persistence {
   public:
-    Persistence(pqxx::transaction_base& tx,
+    Persistence(pqxx::transaction_base* tx,
                 const SagaDefinition& definition,
                 const LoadedSaga& saga,
                 const machine::Decision& decision,
@@ -431,7 +429,7 @@ class Persistence {
         writes_.sagas_.push_back(saga_.saga_id);
         StepUpdates();
         // Resends and retries update step rows in place: the queued updates of those rows go first.
-        if (UpdatesInPlace()) effects_.step_latencies = writes_.Flush(tx_);
+        if (UpdatesInPlace()) effects_.step_latencies = writes_.Flush(Tx());
         for (const auto& command : decision_.commands) {
             if (const auto* dispatch = std::get_if<machine::Dispatch>(&command)) {
                 if (saga_.state.Find(dispatch->step_name, dispatch->phase) == nullptr) {
@@ -451,6 +449,13 @@ class Persistence {
     }
 
   private:
+    // The transaction for the writes made in place (a resend, a retry); a decision planned without
+    // one (PlanStart) has none to make.
+    pqxx::transaction_base& Tx() const {
+        if (tx_ == nullptr) throw std::logic_error("a decision planned without a transaction writes in place");
+        return *tx_;
+    }
+
     void Record(TimelineRow row, bool if_dispatched) {
         timeline_.push_back(std::move(row));
         if_dispatched_.push_back(if_dispatched);
@@ -517,7 +522,7 @@ class Persistence {
     // A resend: the same row, the same event id, the same bytes.
     void Resend(const machine::Dispatch& dispatch) {
         const std::string phase_text(machine::ToString(dispatch.phase));
-        const auto row = store::Exec(tx_,
+        const auto row = store::Exec(Tx(),
                                      "UPDATE saga_step SET attempt = $4, next_attempt_at = NULL, waiting_since = NULL, "
                                      "timeout_due_at = NULL, deadline_at = clock_timestamp() + $5 * interval '1 "
                                      "millisecond' WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3 "
@@ -531,13 +536,13 @@ class Persistence {
         if (store::GuardDisabled("dispatch-dedup")) {
             // TEST ONLY: the resend as a new message, the mistake the dedup key exists for.
             const auto copy =
-                store::Exec(tx_, "SELECT topic, payload::text FROM outbox WHERE event_id = $1::uuid", event_id);
+                store::Exec(Tx(), "SELECT topic, payload::text FROM outbox WHERE event_id = $1::uuid", event_id);
             std::string reason;
             auto event = outbox::ParseCloudEvent(copy.at(0)[1].c_str(), reason);
             event->id = outbox::NewUuidV7();
-            event_id = outbox::Enqueue(tx_, copy[0][0].as<std::string>(), saga_.saga_id, *event);
+            event_id = outbox::Enqueue(Tx(), copy[0][0].as<std::string>(), saga_.saga_id, *event);
         } else {
-            outbox::Rearm(tx_, event_id);
+            outbox::Rearm(Tx(), event_id);
         }
         Record({"resent", dispatch.step_name, phase_text, dispatch.attempt, event_id, {}}, false);
     }
@@ -547,7 +552,7 @@ class Persistence {
         const RetryPolicy& policy = retry.phase == Phase::kAction ? step->retry : definition_.compensation_retry;
         const auto delay = WithJitter(retry.delay, policy.jitter, rng_);
         const std::string phase_text(machine::ToString(retry.phase));
-        store::Exec(tx_,
+        store::Exec(Tx(),
                     "UPDATE saga_step SET deadline_at = NULL, "
                     "next_attempt_at = clock_timestamp() + $4 * interval '1 millisecond' "
                     "WHERE saga_id = $1::uuid AND step_name = $2 AND phase = $3",
@@ -581,7 +586,7 @@ class Persistence {
         }
     }
 
-    pqxx::transaction_base& tx_;
+    pqxx::transaction_base* tx_;
     const SagaDefinition& definition_;
     const LoadedSaga& saga_;
     const machine::Decision& decision_;
@@ -594,7 +599,7 @@ class Persistence {
     Effects effects_;
 };
 
-Effects Persist(pqxx::transaction_base& tx,
+Effects Persist(pqxx::transaction_base* tx,
                 const SagaDefinition& definition,
                 const LoadedSaga& saga,
                 const machine::Decision& decision,
@@ -602,13 +607,15 @@ Effects Persist(pqxx::transaction_base& tx,
                 std::mt19937_64& rng,
                 std::vector<TimelineRow> timeline,
                 WriteBatch* batch) {
+    if (tx == nullptr && batch == nullptr)
+        throw std::logic_error("a decision queued without a transaction needs a batch");
     WriteBatch own;
     Effects effects =
         Persistence(
             tx, definition, saga, decision, event_source, rng, std::move(timeline), batch != nullptr ? *batch : own)
             .Run();
     if (batch == nullptr) {
-        auto latencies = own.Flush(tx);
+        auto latencies = own.Flush(*tx);
         effects.step_latencies.insert(effects.step_latencies.end(), latencies.begin(), latencies.end());
     }
     return effects;

@@ -90,7 +90,7 @@ class Persistence;
 
 class WriteBatch {
   public:
-    // Nothing queued to write (a start's rows all went in with InsertStarted).
+    // Nothing queued to write.
     bool Empty() const noexcept {
         return updates_.empty() && new_steps_.empty() && saga_rows_.empty() && timeline_.empty();
     }
@@ -109,10 +109,10 @@ class WriteBatch {
     };
     Pending TakeStatement();
 
-    // A saga this transaction starts: its row with the state Persist queued for it, its timeline,
-    // and its first step rows with their outbox rows, in one statement (an INSERT, the dispatch and
-    // an UPDATE before). False if its idempotency key is taken: nothing is written and the batch
-    // is emptied.
+    // A saga to start, as one statement: its row with the state Persist queued for it, its
+    // timeline, and its first step rows with their outbox rows (the steps only if the saga row went
+    // in). Empties the batch. Run it in a transaction, or open one with it (store::Transaction);
+    // StartedBy reads its rows: false if the idempotency key was taken, and nothing was written.
     struct NewSaga {
         std::string saga_type;
         int definition_version = 0;
@@ -121,7 +121,8 @@ class WriteBatch {
         std::string traceparent, tracestate;      // empty: none
         std::optional<std::int64_t> deadline_ms;  // the definition's deadline, from now
     };
-    bool InsertStarted(pqxx::transaction_base& tx, const NewSaga& saga);
+    store::Statement StartStatement(const NewSaga& saga);
+    static bool StartedBy(const pqxx::result& rows) { return rows.at(0)[0].as<int>() == 1; }
 
   private:
     friend class Persistence;  // Persist's writes
@@ -156,8 +157,11 @@ class WriteBatch {
 // durable timers and timeline entries, and writes the saga row. `timeline` holds the entries of the
 // event itself (started, reply, timeout). With `batch`, a decision that only answers phases,
 // dispatches new ones and finishes is queued there (its Effects then carry no latencies: Flush
-// returns them); one that resends or schedules a retry is written at once.
-Effects Persist(pqxx::transaction_base& tx,
+// returns them); one that resends or schedules a retry is written at once. Without a transaction
+// (null `tx`; `batch` then required) the decision is only queued, for a statement that opens the
+// transaction (a start: a new saga dispatches only new phases); one that would write at once
+// throws std::logic_error.
+Effects Persist(pqxx::transaction_base* tx,
                 const SagaDefinition& definition,
                 const LoadedSaga& saga,
                 const machine::Decision& decision,

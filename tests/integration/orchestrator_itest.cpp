@@ -146,6 +146,45 @@ TEST_CASE("starting with an idempotency key: same input replays, other input con
     engine.Stop();
 }
 
+TEST_CASE("a start whose connection is lost after it committed is run again and started once") {
+    Rig rig;
+    auto participant = rig.Participant(Default);
+    auto engine_ptr = Started(rig);
+    Engine& engine = *engine_ptr;
+    // Each start's statement commits, then its connection closes before the answer is read: the
+    // engine runs the same statement again on a new connection, which meets the first run's rows.
+    StartResult keyed, unkeyed;
+    {
+        ::setenv("SAGAFLOW_TEST_FAULT", "start-reply-lost", 1);
+        const std::shared_ptr<void> unset{nullptr, [](void*) { ::unsetenv("SAGAFLOW_TEST_FAULT"); }};
+        keyed = engine.StartSaga("itest-saga", Input("", "", 1), "lost-1");
+        unkeyed = engine.StartSaga("itest-saga", Input("", "", 2), "");
+    }
+    CHECK_MESSAGE(keyed.status == StartResult::Status::kStarted, keyed.message);
+    CHECK_MESSAGE(unkeyed.status == StartResult::Status::kStarted, unkeyed.message);
+    CHECK(keyed.saga_id != unkeyed.saga_id);
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+    for (const auto& id : {keyed.saga_id, unkeyed.saga_id}) {
+        const auto saga = engine.GetSaga(id);
+        REQUIRE(saga);
+        CHECK(saga->status == sagaflow::SagaStatus::kCompleted);
+        CHECK(saga->timeline.front().kind == "started");
+        CHECK(Sequence(participant->Received(), id) ==
+              std::vector<std::string>{"reserve:action", "charge:action", "confirm:action", "notify:action"});
+    }
+    // Started once each: one saga row, one started entry, one first command.
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_instance") == 2);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_event WHERE kind = 'started'") == 2);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_step WHERE step_name = 'reserve' AND phase = 'action'") == 2);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM outbox") == 8);
+    CHECK(engine.Metrics().sagas_started == 2);
+    // The key still replays its saga.
+    const auto replay = engine.StartSaga("itest-saga", Input("", "", 1), "lost-1");
+    CHECK(replay.status == StartResult::Status::kReplayed);
+    CHECK(replay.saga_id == keyed.saga_id);
+    engine.Stop();
+}
+
 TEST_CASE("a failure at each step compensates exactly the completed compensatable steps, newest first") {
     Rig rig;
     auto participant = rig.Participant(Default);
