@@ -297,7 +297,9 @@ class Engine::Impl {
     std::thread io_thread_;
     // After io_: destroyed before it. Poked from the consumer's threads, so it lives as long as this.
     detail::TimerLoop timers_{
-        io_, config_.timer_max_sleep, [this](pqxx::connection& conn) { return timer_service_->Scan(conn); }};
+        io_, config_.timer_max_sleep, [this](pqxx::connection& conn, const std::atomic<bool>& running) {
+            return timer_service_->Scan(conn, running);
+        }};
     std::unique_ptr<detail::HttpServer> http_;  // after io_: destroyed before it
     std::atomic<bool> started_{false};
 };

@@ -702,6 +702,9 @@ std::optional<Response> AnswerFromRecord(pqxx::transaction_base& tx,
         }
         Response r{row[0][2].as<unsigned>(), "application/json", body.dump(), {}};
         if (r.status >= 400) r.content_type = "application/problem+json";
+        if (r.status == 201 && body.is_object() && body.contains("sagaId") && body["sagaId"].is_string()) {
+            r.headers.emplace_back("Location", "/v1/sagas/" + body["sagaId"].get<std::string>());
+        }
         r.headers.emplace_back("Idempotent-Replayed", "true");
         return r;
     }
@@ -810,7 +813,7 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
     // was committed (by an engine before this one, which claimed in a transaction of its own) and
     // is older than 30 s belongs to a server that died: it is taken over.
     PendingStart pending;
-    StartResult started;
+    std::optional<StartResult> started;  // none when the record answered (a replay, a key in use)
     // Three round trips for a new saga: BEGIN with the claim, the start, the answer with COMMIT.
     Response response = pool.RunBlocking([&](pqxx::connection& conn) -> Response {
         store::Transaction tx{
@@ -841,8 +844,8 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
         started = std::move(result);
         return r;
     });
-    sagas_.Committed(started, pending);
-    if (response.status == 201) response.headers.emplace_back("Location", "/v1/sagas/" + started.saga_id);
+    if (started) sagas_.Committed(*started, pending);
+    if (started && response.status == 201) response.headers.emplace_back("Location", "/v1/sagas/" + started->saga_id);
     return response;
 }
 

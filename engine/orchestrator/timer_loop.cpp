@@ -55,7 +55,7 @@ void TimerLoop::Run() {
         // reconnects for its next job instead; the loop scans again at the next due time.
         std::chrono::milliseconds next = max_sleep_;
         try {
-            next = scan_(conn);
+            next = scan_(conn, running_);
         } catch (const pqxx::broken_connection& e) {
             conn.disconnect();
             if (const auto unlogged = lost_.Due()) {

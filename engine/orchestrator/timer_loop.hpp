@@ -23,8 +23,9 @@ namespace sagaflow::detail {
 
 class TimerLoop {
   public:
-    // Fires what is due and returns the time until the next timer. Runs on a pool thread.
-    using Scan = std::function<std::chrono::milliseconds(pqxx::connection&)>;
+    // Fires what is due and returns the time until the next timer. Runs on a pool thread; stops
+    // early, between timers, once `running` is false (Stop waits for it).
+    using Scan = std::function<std::chrono::milliseconds(pqxx::connection&, const std::atomic<bool>& running)>;
 
     TimerLoop(boost::asio::io_context& io, std::chrono::milliseconds max_sleep, Scan scan);
     TimerLoop(const TimerLoop&) = delete;

@@ -11,16 +11,19 @@
 
 namespace sagaflow::detail {
 
-std::chrono::milliseconds TimerService::Scan(pqxx::connection& conn) {
+std::chrono::milliseconds TimerService::Scan(pqxx::connection& conn, const std::atomic<bool>& running) {
     try {
-        for (;;) {
+        while (running.load()) {
             std::vector<DueTimer> due;
             {
                 pqxx::read_transaction tx{conn};
                 due = DueTimers(tx, 100);
             }
             int fired = 0;
-            for (const auto& timer : due) fired += Fire(conn, timer) ? 1 : 0;
+            for (const auto& timer : due) {
+                if (!running.load()) return sagas_.Config().timer_max_sleep;  // stopping: the rest stay due
+                fired += Fire(conn, timer) ? 1 : 0;
+            }
             if (due.size() < 100 || fired == 0) break;
         }
         pqxx::read_transaction tx{conn};

@@ -26,8 +26,10 @@ class TimerService {
     // Fires every due timer, each in a transaction of its own under the saga's row lock (skipping
     // a saga another engine is working on: its timer stays due and is seen by the next scan).
     // Returns the time until the next one. A broken connection is thrown; other failures are
-    // logged (rate-limited) and the next scan comes after timer_max_sleep.
-    std::chrono::milliseconds Scan(pqxx::connection& conn);
+    // logged (rate-limited) and the next scan comes after timer_max_sleep. Returns between two
+    // timers once `running` is false: a backlog of due timers must not hold up the engine's Stop
+    // (each timer commits on its own; the rest stay due for the next scan, here or elsewhere).
+    std::chrono::milliseconds Scan(pqxx::connection& conn, const std::atomic<bool>& running);
 
   private:
     bool Fire(pqxx::connection& conn, const DueTimer& timer);

@@ -117,6 +117,7 @@ TEST_CASE("Idempotency-Key: required; first request starts; same body replays; o
     CHECK(replay.Json()["sagaId"] == saga_id);
     CHECK(replay.Json()["links"] == first.Json()["links"]);
     CHECK(replay.Header("idempotent-replayed") == "true");
+    CHECK(replay.Header("location") == "/v1/sagas/" + saga_id);  // the first answer, headers included
     // A replay answers the saga's status now, not the one it had when it started.
     REQUIRE(WaitFor(
         [&] { return Count(rig.db.Url(), "SELECT count(*) FROM saga_instance WHERE status = 'completed'") == 1; },
@@ -148,6 +149,8 @@ TEST_CASE("Idempotency-Key: required; first request starts; same body replays; o
     CHECK(record[5].as<bool>());
     CHECK(tx.exec1("SELECT count(*) FROM saga_instance")[0].as<long long>() == 1);
     CHECK(tx.exec1("SELECT count(*) FROM idempotency_record")[0].as<long long>() == 1);  // 4xx not stored
+    // Counted once: replays and a reused key start nothing.
+    CHECK(engine->Metrics().sagas_started == 1);
 }
 
 TEST_CASE("a key whose first request is in progress gets 409 request-in-progress; a dead claim is taken over") {

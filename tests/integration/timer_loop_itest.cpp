@@ -25,7 +25,7 @@ TEST_CASE("timer scans never overlap: a scan whose connection breaks is not run 
 
     std::atomic<int> calls{0}, in_flight{0}, most{0};
     sagaflow::detail::TimerLoop timers{
-        io, 1000ms, [&](pqxx::connection& conn) {
+        io, 1000ms, [&](pqxx::connection& conn, const std::atomic<bool>&) {
             const int call = ++calls;
             const int now = ++in_flight;
             for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
