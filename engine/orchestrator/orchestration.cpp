@@ -13,32 +13,13 @@ store::ConnectionPool& Orchestration::Pool() const {
     return *pool;
 }
 
-Effects Orchestration::Persist(pqxx::transaction_base& tx,
+Effects Orchestration::Persist(pqxx::transaction_base* tx,
                                const SagaDefinition& definition,
                                const LoadedSaga& saga,
                                const machine::Decision& decision,
                                SideEffects& side,
                                std::vector<TimelineRow> timeline,
                                WriteBatch* batch) {
-    return PersistOrQueue(&tx, definition, saga, decision, side, std::move(timeline), batch);
-}
-
-Effects Orchestration::Queue(const SagaDefinition& definition,
-                             const LoadedSaga& saga,
-                             const machine::Decision& decision,
-                             SideEffects& side,
-                             std::vector<TimelineRow> timeline,
-                             WriteBatch& batch) {
-    return PersistOrQueue(nullptr, definition, saga, decision, side, std::move(timeline), &batch);
-}
-
-Effects Orchestration::PersistOrQueue(pqxx::transaction_base* tx,
-                                      const SagaDefinition& definition,
-                                      const LoadedSaga& saga,
-                                      const machine::Decision& decision,
-                                      SideEffects& side,
-                                      std::vector<TimelineRow> timeline,
-                                      WriteBatch* batch) {
     Effects effects;
     {
         std::lock_guard lock(rng_mutex_);

@@ -63,21 +63,15 @@ class Orchestration {
     store::ConnectionPool& Pool() const;
 
     // Writes the decision; what it means for metrics and logs goes to `side`, for after the commit.
-    Effects Persist(pqxx::transaction_base& tx,
+    // Without a transaction (null `tx`, `batch` required) it is only queued, for a statement that
+    // will open one (a start); a decision that would write at once throws std::logic_error.
+    Effects Persist(pqxx::transaction_base* tx,
                     const SagaDefinition& definition,
                     const LoadedSaga& saga,
                     const machine::Decision& decision,
                     SideEffects& side,
                     std::vector<TimelineRow> timeline = {},
                     WriteBatch* batch = nullptr);
-    // The same, queued in `batch` without a transaction, for a statement that will open one (a
-    // start); a decision that would write at once throws std::logic_error.
-    Effects Queue(const SagaDefinition& definition,
-                  const LoadedSaga& saga,
-                  const machine::Decision& decision,
-                  SideEffects& side,
-                  std::vector<TimelineRow> timeline,
-                  WriteBatch& batch);
     // After the commit of the transaction that gathered them.
     void Apply(SideEffects side);
     void RecordLatencies(const std::vector<std::pair<std::string, double>>& latencies);
@@ -91,14 +85,6 @@ class Orchestration {
     std::string ParticipantGroup(const std::string& participant) const;
 
   private:
-    Effects PersistOrQueue(pqxx::transaction_base* tx,
-                           const SagaDefinition& definition,
-                           const LoadedSaga& saga,
-                           const machine::Decision& decision,
-                           SideEffects& side,
-                           std::vector<TimelineRow> timeline,
-                           WriteBatch* batch);
-
     const EngineConfig& config_;
     std::function<void(std::chrono::milliseconds)> poke_;
     std::string source_;  // the CloudEvents source of the engine's commands

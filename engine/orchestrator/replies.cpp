@@ -101,7 +101,7 @@ void ReplyHandler::OnReply(pqxx::transaction_base& tx,
     const auto decision = machine::Decide(*definition, saga->state, reply);
     if (decision.ignored) return ignore(saga->saga_id, *decision.ignored);
     const auto effects =
-        sagas_.Persist(tx,
+        sagas_.Persist(&tx,
                        *definition,
                        *saga,
                        decision,

@@ -103,8 +103,13 @@ SagaCommands::PlannedStart SagaCommands::PlanStart(const SagaDefinition& definit
     const auto decision = machine::Decide(definition, saga.state, machine::Begin{});
     WriteBatch writes;
     SideEffects none;  // a start finishes no step and parks nothing
-    const auto effects = sagas_.Queue(
-        definition, saga, decision, none, {{"started", {}, {}, 0, {}, {{"version", definition.version}}}}, writes);
+    const auto effects = sagas_.Persist(nullptr,
+                                        definition,
+                                        saga,
+                                        decision,
+                                        none,
+                                        {{"started", {}, {}, 0, {}, {{"version", definition.version}}}},
+                                        &writes);
     pending.next_timer = effects.next_timer;
     if (definition.deadline && (!pending.next_timer || *definition.deadline < *pending.next_timer)) {
         pending.next_timer = *definition.deadline;
@@ -269,7 +274,7 @@ SagaCommands::Cancellation SagaCommands::CancelLocked(pqxx::work& tx,
     nlohmann::json detail = nlohmann::json::object();
     if (!reason.empty()) detail["reason"] = reason;
     c.effects = sagas_.Persist(
-        tx, definition, saga, decision, c.side, {{"cancelled", c.step, "action", action->attempt, {}, detail}});
+        &tx, definition, saga, decision, c.side, {{"cancelled", c.step, "action", action->attempt, {}, detail}});
     return c;
 }
 

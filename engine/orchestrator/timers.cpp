@@ -62,7 +62,7 @@ bool TimerService::Fire(pqxx::connection& conn, const DueTimer& timer) {
             {"timeout", timer.step_name, std::string(machine::ToString(timer.phase)), timer.attempt, {}, {}});
     }
     SideEffects side;
-    sagas_.Persist(tx, *definition, *saga, decision, side, std::move(timeline));
+    sagas_.Persist(&tx, *definition, *saga, decision, side, std::move(timeline));
     tx.commit();
     sagas_.Apply(std::move(side));
     ++sagas_.Count().timers_fired;
