@@ -33,13 +33,20 @@ namespace sagaflow {
 
 namespace {
 
+// What a Transaction stands for: the consumer's transaction, and the statements of sagaflow's that the
+// handler's first statement carries in its round trip (its savepoint, RunHandler); empty once sent.
+struct HandlerScope {
+    pqxx::transaction_base* tx;
+    std::string before;
+};
+
 pqxx::result Run(void* native, const std::string& sql, const std::vector<Transaction::Param>& params) {
-    auto& tx = *static_cast<pqxx::transaction_base*>(native);
+    auto& scope = *static_cast<HandlerScope*>(native);
     std::vector<const char*> raw;
     raw.reserve(params.size());
     for (const auto& p : params) raw.push_back(p ? p->c_str() : nullptr);  // a null pointer binds SQL NULL
     // Prepared, up to a bound per connection (the text is the user's and may vary without bound).
-    return store::ExecForeign(tx, sql, raw);
+    return store::ExecForeign(*scope.tx, sql, raw, store::kMaxForeignStatements, std::exchange(scope.before, {}));
 }
 
 }  // namespace
@@ -166,7 +173,8 @@ class Participant::Impl {
                 pqxx::work tx{conn};
                 store::LockSetup(tx);
                 tx.exec(store::kUserStatementPlans);
-                Transaction t{static_cast<pqxx::transaction_base*>(&tx)};
+                HandlerScope scope{&tx, {}};
+                Transaction t{&scope};
                 for (const auto& setup : setups_) setup(t);
                 tx.commit();
             });
@@ -424,47 +432,51 @@ class Participant::Impl {
 
     // Runs the handler in a savepoint of its own, so that a Retry answer leaves nothing behind.
     // (Plain SQL: libpqxx 6.4's subtransaction opens its savepoint lazily, and not for
-    // exec_params.) In a batch the savepoint stays open after the handler: the next handler's one
-    // round trip releases it and opens its own (a simple query may hold both), and the COMMIT
-    // releases the last — one round trip per handler instead of two. Alone (a duplicate's handler
-    // between the batch's runs) a handler releases its own, so the batch's stays the newest of
-    // the name. The same round trip hands the planner back to the server's settings for the user's
-    // SQL (the batch's read before ran on sagaflow's: store::UseOwnStatementPlans); the rest of the
-    // transaction keeps them (its writes, and a duplicate's lookup by the whole primary key, plan
-    // alike either way).
+    // exec_params.) The savepoint travels with the handler's first statement, in its round trip
+    // (`SAVEPOINT …; EXECUTE …`, store::ExecForeign's `before`); a handler that runs no SQL takes
+    // none and has nothing to roll back. In a batch the savepoint stays open after the handler: the
+    // next handler's first statement releases it and opens its own, and the COMMIT releases the
+    // last. Alone (a duplicate's handler between the batch's runs) a handler releases its own, so
+    // the batch's stays the newest of the name. The same statements hand the planner back to the
+    // server's settings for the user's SQL (the batch's read before ran on sagaflow's:
+    // store::UseOwnStatementPlans); the rest of the transaction keeps them (its writes, and a
+    // duplicate's lookup by the whole primary key, plan alike either way).
     //
-    // The first handler of a batch's first attempt needs neither round trip: the companion
-    // statement set the planner settings, and nothing the transaction did before the handler
-    // needs keeping if it answers Retry — the batch's replays and null compensations are redone
-    // from the stored rows. So that answer rolls the whole batch back (ApplyBatchAgain) and is
-    // remembered for the second attempt, which takes savepoints and does not call this handler
-    // again. At half load most batches hold one command: this saves a round trip per command.
+    // The first handler of a batch's first attempt needs no savepoint: the companion statement set
+    // the planner settings, and nothing the transaction did before the handler needs keeping if it
+    // answers Retry — the batch's replays and null compensations are redone from the stored rows.
+    // So that answer rolls the whole batch back (ApplyBatchAgain) and is remembered for the second
+    // attempt, which takes savepoints and does not call this handler again.
     StepReply RunHandler(pqxx::transaction_base& tx,
                          const CommandHandler& handler,
                          const Command& command,
                          Batch* batch) {
         const bool savepoint = batch == nullptr || !batch->savepoint_free;
+        HandlerScope scope{&tx, {}};
         if (savepoint) {
             const bool release_first = batch != nullptr && batch->savepoint_open;
             const bool plans_set = batch != nullptr && batch->first_attempt;
-            tx.exec((plans_set ? std::string() : store::kUserStatementPlans) +
-                    (release_first ? "RELEASE SAVEPOINT sagaflow_handler; SAVEPOINT sagaflow_handler"
-                                   : "SAVEPOINT sagaflow_handler"));
-            if (batch != nullptr) batch->savepoint_open = true;
+            scope.before = (plans_set ? std::string() : store::kUserStatementPlans) +
+                           (release_first ? "RELEASE SAVEPOINT sagaflow_handler; SAVEPOINT sagaflow_handler; "
+                                          : "SAVEPOINT sagaflow_handler; ");
         } else {
             batch->savepoint_free = false;
         }
-        Transaction handler_tx{static_cast<pqxx::transaction_base*>(&tx)};
+        Transaction handler_tx{&scope};
         StepReply reply = handler(handler_tx, command);
+        // Whether the savepoint went out with a statement of the handler's. A handler that ran no SQL
+        // took none: nothing to roll back or release (an earlier handler's stays open for the next).
+        const bool taken = savepoint && scope.before.empty();
+        if (taken && batch != nullptr) batch->savepoint_open = true;
         if (!savepoint) {
             if (reply.outcome == StepReply::Outcome::kRetry) {
                 redo_retry_.emplace(command.event_id, reply);
                 throw outbox::ApplyBatchAgain("the handler of " + command.phase + " " + command.type + " of saga " +
                                               command.saga_id + " answered Retry without a savepoint");
             }
-        } else if (reply.outcome == StepReply::Outcome::kRetry) {
+        } else if (taken && reply.outcome == StepReply::Outcome::kRetry) {
             tx.exec("ROLLBACK TO SAVEPOINT sagaflow_handler");  // the savepoint itself stays
-        } else if (batch == nullptr) {
+        } else if (taken && batch == nullptr) {
             tx.exec("RELEASE SAVEPOINT sagaflow_handler");
         }
         return reply;

@@ -49,7 +49,8 @@ std::unordered_map<const pqxx::connection_base*, ForeignStatements> g_foreign;
 pqxx::result ExecForeign(pqxx::transaction_base& tx,
                          const std::string& sql,
                          const std::vector<const char*>& params,
-                         std::size_t limit) {
+                         std::size_t limit,
+                         const std::string& before) {
     auto& conn = tx.conn();
     const std::string name = StatementName("sfu_", sql);
     bool prepared = false;
@@ -64,16 +65,36 @@ pqxx::result ExecForeign(pqxx::transaction_base& tx,
             prepared = state.prepared.insert(name).second;
         }
     }
-    if (!prepared) return tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
+    if (!prepared) {
+        if (!before.empty()) tx.exec0(before);
+        return tx.exec_params(sql, pqxx::prepare::make_dynamic_params(params));
+    }
     if (afresh) conn.unprepare(name);  // DEALLOCATE: allowed inside a transaction
     conn.prepare(name, sql);           // a lookup once declared
     try {
+        if (!before.empty()) return tx.exec(before + ExecuteByName(conn, name, params));
         return tx.exec_prepared(name, pqxx::prepare::make_dynamic_params(params));
     } catch (const pqxx::feature_not_supported&) {
         const std::lock_guard lock{g_foreign_mutex};
         g_foreign[&conn].stale.insert(name);
         throw;
     }
+}
+
+std::string ExecuteByName(pqxx::connection_base& conn,
+                          const std::string& name,
+                          const std::vector<const char*>& params) {
+    conn.prepare_now(name);  // a lookup once the connection has it
+    std::string query = "EXECUTE " + name;
+    if (!params.empty()) {
+        query += '(';
+        for (std::size_t i = 0; i < params.size(); ++i) {
+            if (i != 0) query += ", ";
+            query += params[i] == nullptr ? std::string("NULL") : conn.quote(std::string(params[i]));
+        }
+        query += ')';
+    }
+    return query;
 }
 
 void ForgetForeignStatements(const pqxx::connection_base& conn) {

@@ -63,11 +63,19 @@ pqxx::result Exec(pqxx::transaction_base& tx, const std::string& sql, Args&&... 
 // PostgreSQL refuses to run again because its table changed under it ("cached plan must not change
 // result type", SQLSTATE 0A000, after an ALTER TABLE) fails that once and is prepared afresh on its
 // next use. Plans follow the session's settings (a participant keeps PostgreSQL's defaults).
+// `before`: statements of sagaflow's own, as a simple query ending in "; " (a handler's savepoint),
+// to run first in the same round trip: the prepared statement then runs as `EXECUTE name(…)` after
+// them (ExecuteByName). An unprepared statement takes a round trip of its own after them.
 inline constexpr std::size_t kMaxForeignStatements = 256;
 pqxx::result ExecForeign(pqxx::transaction_base& tx,
                          const std::string& sql,
                          const std::vector<const char*>& params,
-                         std::size_t limit = kMaxForeignStatements);
+                         std::size_t limit = kMaxForeignStatements,
+                         const std::string& before = {});
+// `EXECUTE name('…', NULL, …)`: a run of the statement `name`, prepared on `conn` now if it was only
+// declared, as a simple query, its parameters as untyped literals (the statement's parameter types
+// decide, as for $n; a null pointer is NULL). For a statement to share a round trip with others.
+std::string ExecuteByName(pqxx::connection_base& conn, const std::string& name, const std::vector<const char*>& params);
 // Drops what ExecForeign knew about a connection: for a pool's on_connect and on_disconnect, so
 // the map holds the connections that are alive and nothing of those that came and went.
 void ForgetForeignStatements(const pqxx::connection_base& conn);

@@ -2,6 +2,7 @@
 
 #include <pqxx/except>
 #include <stdexcept>
+#include <vector>
 
 #include "store/prepared.hpp"
 
@@ -25,18 +26,10 @@ pqxx::connection_base& WithoutReactivation(pqxx::connection_base& conn) {
 }  // namespace
 
 std::string ExecuteQuery(pqxx::connection_base& conn, const Statement& statement) {
-    const std::string name = PreparedName(conn, statement.sql);
-    conn.prepare_now(name);  // a lookup once the connection has it
-    std::string query = "EXECUTE " + name;
-    if (!statement.params.empty()) {
-        query += '(';
-        for (std::size_t i = 0; i < statement.params.size(); ++i) {
-            if (i != 0) query += ", ";
-            query += conn.quote(statement.params[i]);  // an untyped literal: the parameter's type decides, as for $n
-        }
-        query += ')';
-    }
-    return query;
+    std::vector<const char*> params;
+    params.reserve(statement.params.size());
+    for (const auto& param : statement.params) params.push_back(param.c_str());
+    return ExecuteByName(conn, PreparedName(conn, statement.sql), params);
 }
 
 std::string BeginWith(pqxx::connection_base& conn, const Statement& first) {

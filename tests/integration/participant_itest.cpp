@@ -33,6 +33,7 @@ struct ParticipantRig {
     std::atomic<int> refunds{0};
     std::atomic<int> flaky_calls{0};
     std::atomic<int> boom_calls{0};
+    std::atomic<int> busy_calls{0};
     std::mutex trace_mutex;
     std::string charge_trace;  // the traceparent and tracestate the last charge handler saw
     // The planner settings each handler's SQL ran with ("plan_cache_mode enable_seqscan"): the
@@ -82,6 +83,12 @@ struct ParticipantRig {
             RecordPlanner(tx);
             if (++flaky_calls == 1) return StepReply::Retry("provider unavailable");
             return StepReply::Success();
+        });
+        // Answers Retry without running any SQL (a provider's circuit open): its savepoint never
+        // went out, and the handler before it in the batch must keep its writes.
+        participant->OnAction("Busy.v1", [this](Transaction&, const Command&) {
+            ++busy_calls;
+            return StepReply::Retry("provider busy");
         });
         if (start) participant->Start();
     }
@@ -278,6 +285,35 @@ TEST_CASE("commands taken as one burst get the answers they get one by one") {
     CHECK(m.refused_late_actions == 1);
     CHECK(m.retries == 1);
     CHECK(Count(rig.SvcUrl(), "SELECT count(DISTINCT processed_at) FROM processed_event") < 7);
+}
+
+TEST_CASE("a handler that runs no SQL and answers Retry in a batch leaves the handler before it applied") {
+    ParticipantRig rig(false);
+    outbox::EnsureTopicsBlocking(rig.brokers, {}, {rig.name + ".commands"}, 1);
+    const auto x = outbox::NewUuidV7(), y = outbox::NewUuidV7(), z = outbox::NewUuidV7(), w = outbox::NewUuidV7();
+    // x runs without a savepoint (the batch's first), y in one, z's is never sent, w releases y's.
+    const auto x_charge = MakeCommand(x, "charge", "action", "Charge.v1", {{"amount", 1}});
+    const auto y_charge = MakeCommand(y, "charge", "action", "Charge.v1", {{"amount", 2}});
+    const auto z_busy = MakeCommand(z, "busy", "action", "Busy.v1");
+    const auto w_charge = MakeCommand(w, "charge", "action", "Charge.v1", {{"amount", 4}});
+    for (const auto& command : {x_charge, y_charge, z_busy, w_charge}) rig.Send(command);
+    rig.participant->Start();
+    std::map<std::string, outbox::CloudEvent> by_command;
+    for (const auto& reply : rig.Replies(4)) by_command[reply.correlation_id] = reply;
+    REQUIRE(by_command.size() == 4);
+    CHECK(by_command[x_charge.id].data["charged"] == 1);
+    CHECK(by_command[y_charge.id].data["charged"] == 2);
+    CHECK(by_command[z_busy.id].data["outcome"] == "retry");
+    CHECK(by_command[w_charge.id].data["charged"] == 4);
+    CHECK(rig.busy_calls == 1);
+    CHECK(rig.charges == 3);
+    rig.CheckPlannerDefaults(3);
+    // Every charge that was answered is there, y's too: z's Retry rolled nothing back.
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM effect WHERE what = 'charge'") == 3);
+    CHECK(Count(rig.SvcUrl(), "SELECT sum(amount) FROM effect WHERE what = 'charge'") == 7);
+    CHECK(Count(rig.SvcUrl(), "SELECT count(*) FROM participant_step") == 3);
+    // One transaction for all four (the inbox rows share its start time).
+    CHECK(Count(rig.SvcUrl(), "SELECT count(DISTINCT processed_at) FROM processed_event") == 1);
 }
 
 TEST_CASE("a batch that rolls back and is applied record by record counts each command once") {

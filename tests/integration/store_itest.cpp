@@ -705,6 +705,38 @@ TEST_CASE("foreign statements: prepared up to the bound, and prepared afresh aft
     CHECK(afresh[0][1].as<int>() == 7);
 }
 
+TEST_CASE("a foreign statement after statements of sagaflow's: values, NULLs and errors as when run alone") {
+    ScratchDatabase db;
+    Execute(db.Url(), "CREATE TABLE h (a int, b text)");
+    pqxx::connection conn{db.Url()};
+    const std::string quoted = R"(O'Brien \ "x")";
+    // Prepared (as EXECUTE after the savepoint, one simple query) and unprepared (limit 0: a round
+    // trip each) alike.
+    for (const std::size_t limit : {kMaxForeignStatements, std::size_t{0}}) {
+        CAPTURE(limit);
+        pqxx::work tx{conn};
+        const std::string seven = "7";
+        const auto inserted = ExecForeign(tx,
+                                          "INSERT INTO h VALUES ($1, $2), ($1, $3) RETURNING a, b",
+                                          {seven.c_str(), quoted.c_str(), nullptr},
+                                          limit,
+                                          "SAVEPOINT s; ");
+        REQUIRE(inserted.size() == 2);
+        CHECK(inserted.affected_rows() == 2);
+        CHECK(inserted[0][0].as<int>() == 7);
+        CHECK(inserted[0][1].as<std::string>() == quoted);
+        CHECK(inserted[1][1].is_null());
+        tx.exec0("ROLLBACK TO SAVEPOINT s");  // the savepoint ran first: the rows are gone with it
+        CHECK(tx.exec1("SELECT count(*) FROM h")[0].as<int>() == 0);
+        tx.commit();
+    }
+    // An error in the statement reaches the caller as one would alone.
+    pqxx::work tx{conn};
+    const std::string text = "not a number";
+    CHECK_THROWS_AS(ExecForeign(tx, "SELECT $1::int", {text.c_str()}, kMaxForeignStatements, "SAVEPOINT s; "),
+                    pqxx::data_exception);
+}
+
 TEST_CASE("foreign statements are forgotten with their connections: the map does not grow as connections come and go") {
     ScratchDatabase db;
     Execute(db.Url(), "CREATE TABLE g (a int); INSERT INTO g VALUES (1)");
