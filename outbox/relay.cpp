@@ -310,8 +310,14 @@ class Relay::Impl {
             }
             if (published > 0) conn->get_notifs();  // those that came while the batch was at the broker
             if (published > 0 && (wakeups.highest > covered || wakeups.unreadable || Poked())) {
-                // Busy: rows were announced while this batch was at the broker. Stop the
-                // notifications and claim batch after batch until a claim finds nothing.
+                // Rows were announced while this batch was at the broker: claim again. When only
+                // this process's own writers announced them (a poke; they never notify a relay
+                // that holds its token's lock), the relay stays armed: it sleeps again as soon as a
+                // claim finds nothing, without the two round trips of disarming and arming.
+                if (token_locked_ && wakeups.highest <= covered && !wakeups.unreadable) continue;
+                // Busy with other writers' rows: stop the notifications (each one signals every
+                // listening session of the database) and claim batch after batch until a claim
+                // finds nothing.
                 Disarm(*conn);
                 armed = false;
                 continue;

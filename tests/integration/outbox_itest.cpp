@@ -299,6 +299,77 @@ TEST_CASE("only a sleeping relay is notified, and a commit that raced its sleep 
     CHECK(records.size() == 2);
 }
 
+TEST_CASE("a relay woken by its own process's commits while it publishes stays armed") {
+    // Every row comes from the relay's own pool: none notifies, and each wakes it in memory. A poke
+    // that comes while a batch is at the broker makes it claim again, holding its wake lock (it
+    // sleeps again without arming) instead of dropping it and taking it back (two round trips).
+    ScratchDatabase db;
+    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+    const std::string topic = UniqueName("relay-stays-armed");
+    testing::CreateTopic(KafkaBrokers(), topic, 1);
+    outbox::Runtime parts;
+    parts.StartPool(db.Url(), 2);
+    auto options = RelayFor(db.Url());
+    options.poll_interval = std::chrono::seconds(60);
+    options.local_wake = parts.local_wake;
+    parts.relay = std::make_unique<outbox::Relay>(options);
+    parts.relay->Start();
+    pqxx::connection watcher{db.Url()};
+    const auto armed = [&] {
+        return pqxx::nontransaction{watcher}
+                   .exec1(
+                       "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1936095083 AND "
+                       "objid = hashtext('public')::oid AND mode = 'ExclusiveLock' AND granted AND database = "
+                       "(SELECT oid FROM pg_database WHERE datname = current_database())")[0]
+                   .as<int>() == 1;
+    };
+    REQUIRE(WaitFor([&] { return armed() && parts.relay->IsLeader(); }, std::chrono::seconds(30)));
+    REQUIRE(WaitFor(
+        [&] {
+            return Count(db.Url(),
+                         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
+                         "classid = " +
+                             std::to_string(parts.local_wake->Token())) == 1;
+        },
+        std::chrono::seconds(30)));
+    const auto write_one = [&] {
+        parts.pool->RunBlocking([&](pqxx::connection& conn) {
+            pqxx::work tx{conn};
+            outbox::Enqueue(tx, topic, "own", TestEvent({{"seq", 1}}));
+            tx.commit();
+        });
+    };
+    const auto unpublished = [&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL"); };
+    // The producer's first message (its connection, the topic's metadata) before the stream.
+    write_one();
+    REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
+    REQUIRE(WaitFor(armed, std::chrono::seconds(5)));
+    // Two writers commit a row every millisecond or so, 400 in all, while the relay publishes them.
+    constexpr int kRows = 400;
+    std::atomic<int> written{1};
+    std::vector<std::thread> writers;
+    for (int w = 0; w < 2; ++w) {
+        writers.emplace_back([&] {
+            while (written.fetch_add(1) < kRows) {
+                write_one();
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+        });
+    }
+    int samples = 0, disarmed = 0;
+    while (written.load() < kRows) {
+        ++samples;
+        if (!armed()) ++disarmed;
+    }
+    for (auto& writer : writers) writer.join();
+    REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
+    MESSAGE("samples of the wake lock while the rows were written: " << samples << ", not held: " << disarmed);
+    CHECK(samples > 20);
+    CHECK(disarmed == 0);
+    CHECK(testing::ReadTopic(KafkaBrokers(), topic, kRows, std::chrono::seconds(60)).size() == kRows);
+    parts.Stop();
+}
+
 TEST_CASE("a commit from the relay's own process wakes it in memory, without a notification") {
     // The poll interval is a minute again: only a poke or a notification publishes a row in time.
     ScratchDatabase db;
