@@ -11,12 +11,15 @@ namespace sagaflow::store {
 namespace {
 constexpr const char* kFirstTime = "sagaflow_inbox_first_time";
 // Not ON CONFLICT: a speculative insert writes a second WAL record (its confirmation) for every
-// row. The primary key still decides a race with a concurrent delivery (see InboxFreshIds).
+// row. The primary key still decides a race with a concurrent delivery (see InboxFreshIds). Rows go
+// in in id order: two batches that share ids (consumers overlapping in a rebalance) then wait for
+// each other in one order only — one waits and loses the race — where in any order each could hold
+// an id the other waits for, a deadlock that PostgreSQL breaks only after deadlock_timeout (1 s).
 std::string FreshIdsInsert(const std::string& consumer, const std::string& ids) {
     return "INSERT INTO processed_event (consumer_name, event_id) SELECT " + consumer +
            ", id FROM (SELECT DISTINCT unnest(" + ids +
            "::uuid[]) AS id) u WHERE NOT EXISTS (SELECT FROM processed_event p WHERE p.consumer_name = " + consumer +
-           " AND p.event_id = u.id) RETURNING event_id::text";
+           " AND p.event_id = u.id) ORDER BY id RETURNING event_id::text";
 }
 
 // "{a,b}" of UUIDs (no quoting needed) to its elements.
