@@ -41,6 +41,42 @@ outbox::RelayOptions RelayFor(const std::string& url) {
     return options;
 }
 
+// The relays' wake lock ("sfwk", outbox/relay.cpp): held exclusively while a relay may sleep.
+constexpr long long kWakeLock = 0x7366776b;
+
+// Whether a session holds the advisory lock (classid, the public schema's hashtext) exclusively, in
+// `conn`'s database (other tests' relays run on the same server).
+bool HeldExclusively(pqxx::connection_base& conn, long long classid) {
+    return pqxx::nontransaction{conn}
+               .exec1("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = " +
+                      std::to_string(classid) +
+                      " AND objid = hashtext('public')::oid AND mode = 'ExclusiveLock' AND granted AND database = "
+                      "(SELECT oid FROM pg_database WHERE datname = current_database())")[0]
+               .as<int>() == 1;
+}
+
+long long Unpublished(const std::string& url) {
+    return Count(url, "SELECT count(*) FROM outbox WHERE published_at IS NULL");
+}
+
+// A relay that its pool's own process wakes in memory (outbox::Runtime's LocalWake), on a database
+// and a topic of its own, polling once a minute: only a poke or a notification publishes a row in
+// time.
+struct OwnRelayRig {
+    ScratchDatabase db;
+    std::string topic;
+    outbox::Runtime parts;
+    outbox::RelayOptions options;
+    OwnRelayRig(const std::string& name, int pool_size) : topic(UniqueName(name)) {
+        store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
+        testing::CreateTopic(KafkaBrokers(), topic, 1);
+        parts.StartPool(db.Url(), pool_size);
+        options = RelayFor(db.Url());
+        options.poll_interval = std::chrono::seconds(60);
+        options.local_wake = parts.local_wake;
+    }
+};
+
 outbox::CloudEvent TestEvent(const nlohmann::json& data) {
     outbox::CloudEvent event;
     event.type = "Test.v1";
@@ -250,15 +286,9 @@ TEST_CASE("only a sleeping relay is notified, and a commit that raced its sleep 
     testing::CreateTopic(KafkaBrokers(), topic, 1);
     auto options = RelayFor(db.Url());
     options.poll_interval = std::chrono::seconds(60);
-    const auto unpublished = [&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL"); };
-    // The relay's wake lock (0x7366776b, the schema's hashtext), held exclusively while it may sleep
-    // (in this database: other tests' relays run on the same server).
-    const auto armed = [&] {
-        return Count(db.Url(),
-                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1936095083 AND "
-                     "objid = hashtext('public')::oid AND mode = 'ExclusiveLock' AND granted AND database = "
-                     "(SELECT oid FROM pg_database WHERE datname = current_database())") == 1;
-    };
+    const auto unpublished = [&] { return Unpublished(db.Url()); };
+    pqxx::connection watcher{db.Url()};
+    const auto armed = [&] { return HeldExclusively(watcher, kWakeLock); };
     // A writer in flight before the relay starts: the wake lock is free, so its trigger takes it
     // shared and its commit will not notify. The relay's first claims cannot see the row.
     pqxx::connection writer_conn{db.Url()};
@@ -303,35 +333,16 @@ TEST_CASE("a relay woken by its own process's commits while it publishes stays a
     // Every row comes from the relay's own pool: none notifies, and each wakes it in memory. A poke
     // that comes while a batch is at the broker makes it claim again, holding its wake lock (it
     // sleeps again without arming) instead of dropping it and taking it back (two round trips).
-    ScratchDatabase db;
-    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
-    const std::string topic = UniqueName("relay-stays-armed");
-    testing::CreateTopic(KafkaBrokers(), topic, 1);
-    outbox::Runtime parts;
-    parts.StartPool(db.Url(), 2);
-    auto options = RelayFor(db.Url());
-    options.poll_interval = std::chrono::seconds(60);
-    options.local_wake = parts.local_wake;
-    parts.relay = std::make_unique<outbox::Relay>(options);
+    OwnRelayRig rig{"relay-stays-armed", 2};
+    auto& parts = rig.parts;
+    const std::string& topic = rig.topic;
+    const std::string url = rig.db.Url();
+    parts.relay = std::make_unique<outbox::Relay>(rig.options);
     parts.relay->Start();
-    pqxx::connection watcher{db.Url()};
-    const auto armed = [&] {
-        return pqxx::nontransaction{watcher}
-                   .exec1(
-                       "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1936095083 AND "
-                       "objid = hashtext('public')::oid AND mode = 'ExclusiveLock' AND granted AND database = "
-                       "(SELECT oid FROM pg_database WHERE datname = current_database())")[0]
-                   .as<int>() == 1;
-    };
+    pqxx::connection watcher{url};
+    const auto armed = [&] { return HeldExclusively(watcher, kWakeLock); };
     REQUIRE(WaitFor([&] { return armed() && parts.relay->IsLeader(); }, std::chrono::seconds(30)));
-    REQUIRE(WaitFor(
-        [&] {
-            return Count(db.Url(),
-                         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND "
-                         "classid = " +
-                             std::to_string(parts.local_wake->Token())) == 1;
-        },
-        std::chrono::seconds(30)));
+    REQUIRE(WaitFor([&] { return HeldExclusively(watcher, parts.local_wake->Token()); }, std::chrono::seconds(30)));
     const auto write_one = [&] {
         parts.pool->RunBlocking([&](pqxx::connection& conn) {
             pqxx::work tx{conn};
@@ -339,7 +350,7 @@ TEST_CASE("a relay woken by its own process's commits while it publishes stays a
             tx.commit();
         });
     };
-    const auto unpublished = [&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL"); };
+    const auto unpublished = [&] { return Unpublished(url); };
     // The producer's first message (its connection, the topic's metadata) before the stream.
     write_one();
     REQUIRE(WaitFor([&] { return unpublished() == 0; }, std::chrono::seconds(30)));
@@ -371,26 +382,16 @@ TEST_CASE("a relay woken by its own process's commits while it publishes stays a
 }
 
 TEST_CASE("a commit from the relay's own process wakes it in memory, without a notification") {
-    // The poll interval is a minute again: only a poke or a notification publishes a row in time.
-    ScratchDatabase db;
-    store::MigrateBlocking(db.Url(), store::BuiltinMigrations());
-    const std::string topic = UniqueName("relay-local-wake");
-    testing::CreateTopic(KafkaBrokers(), topic, 1);
-    outbox::Runtime parts;
-    parts.StartPool(db.Url(), 1);
-    auto options = RelayFor(db.Url());
-    options.poll_interval = std::chrono::seconds(60);
-    options.local_wake = parts.local_wake;
-    const auto unpublished = [&] { return Count(db.Url(), "SELECT count(*) FROM outbox WHERE published_at IS NULL"); };
-    const auto held = [&](long long classid) {
-        return Count(db.Url(),
-                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = " +
-                         std::to_string(classid) +
-                         " AND objid = hashtext('public')::oid AND mode = 'ExclusiveLock' AND granted AND database = "
-                         "(SELECT oid FROM pg_database WHERE datname = current_database())") == 1;
-    };
+    OwnRelayRig rig{"relay-local-wake", 1};
+    auto& parts = rig.parts;
+    const auto& options = rig.options;
+    const std::string& topic = rig.topic;
+    const std::string url = rig.db.Url();
+    const auto unpublished = [&] { return Unpublished(url); };
+    pqxx::connection watcher{url};
+    const auto held = [&](long long classid) { return HeldExclusively(watcher, classid); };
     // Every notification of the database, as another relay's session would be signalled.
-    pqxx::connection listen_conn{db.Url()};
+    pqxx::connection listen_conn{url};
     struct Counter final : pqxx::notification_receiver {
         int received = 0;
         explicit Counter(pqxx::connection_base& c) : pqxx::notification_receiver(c, "sagaflow_outbox") {}
@@ -414,13 +415,13 @@ TEST_CASE("a commit from the relay's own process wakes it in memory, without a n
     // A transaction holds the token's lock shared (a writer of this process that found another
     // relay asleep): the relay does not wait for it. It sleeps without it, and the process's
     // commits notify.
-    pqxx::connection blocker_conn{db.Url()};
+    pqxx::connection blocker_conn{url};
     pqxx::work blocker{blocker_conn};
     blocker.exec("SELECT pg_advisory_xact_lock_shared(" + std::to_string(parts.local_wake->Token()) +
                  ", hashtext('public'))");
     parts.relay = std::make_unique<outbox::Relay>(options);
     parts.relay->Start();
-    REQUIRE(WaitFor([&] { return held(0x7366776b); }, std::chrono::seconds(30)));
+    REQUIRE(WaitFor([&] { return held(kWakeLock); }, std::chrono::seconds(30)));
     CHECK_FALSE(held(parts.local_wake->Token()));
     publish_own(1);
     CHECK(notifications() == 1);
@@ -430,16 +431,16 @@ TEST_CASE("a commit from the relay's own process wakes it in memory, without a n
     parts.relay->Stop();
     parts.relay = std::make_unique<outbox::Relay>(options);
     parts.relay->Start();
-    REQUIRE(WaitFor([&] { return held(0x7366776b) && held(parts.local_wake->Token()); }, std::chrono::seconds(30)));
+    REQUIRE(WaitFor([&] { return held(kWakeLock) && held(parts.local_wake->Token()); }, std::chrono::seconds(30)));
     CHECK(notifications() == 0);
     // A pool job's commit: no notification, and the relay publishes within seconds, not a minute.
     publish_own(2);
     CHECK(notifications() == 0);
 
     // Another session's commit (no token: another process, a foreign participant) still notifies.
-    REQUIRE(WaitFor([&] { return held(0x7366776b); }, std::chrono::seconds(5)));
+    REQUIRE(WaitFor([&] { return held(kWakeLock); }, std::chrono::seconds(5)));
     {
-        pqxx::connection conn{db.Url()};
+        pqxx::connection conn{url};
         pqxx::work tx{conn};
         outbox::Enqueue(tx, topic, "foreign", TestEvent({{"seq", 3}}));
         tx.commit();

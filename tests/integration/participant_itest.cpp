@@ -119,6 +119,13 @@ struct ParticipantRig {
         return out;
     }
 
+    // The replies, by the id of the command each answers.
+    std::map<std::string, outbox::CloudEvent> RepliesByCommand(std::size_t expected) const {
+        std::map<std::string, outbox::CloudEvent> by_command;
+        for (auto& reply : Replies(expected)) by_command[reply.correlation_id] = std::move(reply);
+        return by_command;
+    }
+
     std::string SvcUrl() const { return participant->DatabaseUrl(); }
 };
 
@@ -298,8 +305,7 @@ TEST_CASE("a handler that runs no SQL and answers Retry in a batch leaves the ha
     const auto w_charge = MakeCommand(w, "charge", "action", "Charge.v1", {{"amount", 4}});
     for (const auto& command : {x_charge, y_charge, z_busy, w_charge}) rig.Send(command);
     rig.participant->Start();
-    std::map<std::string, outbox::CloudEvent> by_command;
-    for (const auto& reply : rig.Replies(4)) by_command[reply.correlation_id] = reply;
+    auto by_command = rig.RepliesByCommand(4);
     REQUIRE(by_command.size() == 4);
     CHECK(by_command[x_charge.id].data["charged"] == 1);
     CHECK(by_command[y_charge.id].data["charged"] == 2);
@@ -341,8 +347,7 @@ TEST_CASE("a Retry from a batch's first handler (no savepoint) applies the batch
     rig.Send(flaky);
     rig.Send(charge);
     rig.participant->Start();
-    std::map<std::string, outbox::CloudEvent> by_command;
-    for (const auto& reply : rig.Replies(2)) by_command[reply.correlation_id] = reply;
+    auto by_command = rig.RepliesByCommand(2);
     REQUIRE(by_command.size() == 2);
     CHECK(by_command[flaky.id].data["outcome"] == "retry");
     CHECK(by_command[charge.id].data["charged"] == 7);
