@@ -615,7 +615,7 @@ const std::vector<ConfigKey>& Keys() {
             2,
             200,
             "`database_pool_size` (the engine's own work; with the HTTP API on, the pool has one more connection "
-            "per `http.worker_threads`)",
+            "per `http.worker_threads`; the relay and the consumer have a connection each on top)",
             [](C& c, long long n) {
                 c.engine.database_pool_size = c.participant.database_pool_size = static_cast<int>(n);
             },

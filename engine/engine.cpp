@@ -74,8 +74,8 @@ class Engine::Impl {
         }
         if (config_.database_pool_size < 2) {
             throw EngineError(
-                "database_pool_size must be at least 2 (the reply consumer and the timers each hold "
-                "one connection while they work)");
+                "database_pool_size must be at least 2 (the timers and the daily sweep each hold one "
+                "connection while they work)");
         }
         named_instance_ = !config_.instance_id.empty();
         if (config_.instance_id.empty()) config_.instance_id = DefaultInstanceId();
@@ -135,7 +135,8 @@ class Engine::Impl {
         // planned once (store::UseOwnStatementPlans).
         // The HTTP API's requests run their database work on this pool too, at most one per
         // worker: a connection each on top of database_pool_size, so a burst of requests waiting
-        // in the database never holds the connections the reply consumer and the timers need.
+        // in the database never holds the connections the timers and the daily sweep need (the reply
+        // consumer has a connection of its own).
         const int http_connections = config_.http.enabled ? std::max(1, config_.http.worker_threads) : 0;
         parts_.StartPool(config_.database_url, config_.database_pool_size + http_connections);
         sagas_->Attach(parts_.pool.get());

@@ -49,7 +49,7 @@ class Consumer::Impl {
          BatchHandler handler,
          ConsumerMetrics& metrics,
          std::atomic<bool>& stopping)
-        : pool_(pool),
+        : own_(pool, "consumer " + options.group_id),
           options_(std::move(options)),
           handler_(std::move(handler)),
           metrics_(metrics),
@@ -298,7 +298,7 @@ class Consumer::Impl {
         if (ids.empty()) return;
         for (bool with_companion = true;;) {
             try {
-                pool_.RunBlocking([&](pqxx::connection& conn) {
+                own_.Run([&](pqxx::connection& conn) {
                     const auto inbox = InboxStatement(batch, ids, with_companion);
                     store::Transaction tx{conn, inbox.statement};  // BEGIN and the inbox: one round trip
                     if (options_.on_transaction_begin) options_.on_transaction_begin();
@@ -331,7 +331,7 @@ class Consumer::Impl {
             bool done = false;
             for (int attempt = 1; attempt <= options_.max_handler_attempts && !done && !stopping_.load(); ++attempt) {
                 try {
-                    pool_.RunBlocking([&](pqxx::connection& conn) {
+                    own_.Run([&](pqxx::connection& conn) {
                         pqxx::work tx{conn};
                         if (options_.on_transaction_begin) options_.on_transaction_begin();
                         const bool fresh = ApplyOne(tx, record);
@@ -635,7 +635,9 @@ class Consumer::Impl {
         metrics_.lag = lag;
     }
 
-    store::ConnectionPool& pool_;
+    // The batches' transactions run on the consumer's thread, on a connection of its own: through
+    // a pool worker each batch cost two thread wake-ups (the worker's, then the consumer's).
+    store::OwnConnection own_;
     ConsumerOptions options_;
     std::unique_ptr<InstanceSlot> slot_;  // the derived group.instance.id, held while the consumer lives
     BatchHandler handler_;

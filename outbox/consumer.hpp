@@ -93,8 +93,8 @@ struct ConsumerOptions {
     // Around each database transaction of the handler: `on_transaction_begin` before the handler
     // runs in it, `after_commit` once it committed (never after a rollback). A handler's side
     // effects — metrics, log lines, timer pokes — belong after the commit: a batch that fails and
-    // is applied again record by record then has them once. Optional; called on a pool thread,
-    // one transaction at a time.
+    // is applied again record by record then has them once. Optional; called on the consumer's
+    // thread, one transaction at a time.
     std::function<void()> on_transaction_begin;
     std::function<void()> after_commit;
     // Optional: given a batch's well-formed events (duplicates included), the statement its handler
@@ -106,6 +106,8 @@ struct ConsumerOptions {
     std::function<std::optional<InboxCompanion>(const std::vector<const InboundEvent*>& events)> companion;
 };
 
+// Its transactions run on its own thread, on a connection of the pool's kind on top of the pool's
+// size (store::OwnConnection).
 class Consumer {
   public:
     Consumer(store::ConnectionPool& pool, ConsumerOptions options, EventHandler handler);

@@ -605,7 +605,7 @@ class Participant::Impl {
     std::atomic<std::uint64_t> applied_{0}, replayed_{0}, null_compensations_{0}, refused_late_actions_{0}, retries_{0};
     // What the transaction in progress counted and would log, added to the metrics above and logged
     // once it commits: a batch that rolls back and is applied again record by record counts and
-    // logs once. Touched on the pool thread that runs the consumer's transaction, one transaction
+    // logs once. Touched on the consumer thread that runs its transaction, one transaction
     // at a time.
     struct Counts {
         std::uint64_t applied = 0, replayed = 0, null_compensations = 0, refused_late_actions = 0, retries = 0;

@@ -74,7 +74,7 @@ void ConnectionPool::Enqueue(Task task) {
     task(nullptr, std::make_exception_ptr(PoolStopped{}));
 }
 
-std::unique_ptr<pqxx::connection> ConnectionPool::ConnectWithBackoff(int index) {
+std::unique_ptr<pqxx::connection> ConnectionPool::ConnectWithBackoff(const std::string& who) {
     std::mt19937 rng{std::random_device{}()};
     auto delay = options_.initial_backoff;
     for (int attempt = 1;; ++attempt) {
@@ -85,13 +85,11 @@ std::unique_ptr<pqxx::connection> ConnectionPool::ConnectWithBackoff(int index) 
         try {
             auto conn = ConnectOnce(options_.url);
             if (options_.on_connect) options_.on_connect(*conn);
-            if (attempt > 1)
-                spdlog::info("db pool #{}: connected to {} after {} attempts", index, redacted_url_, attempt);
+            if (attempt > 1) spdlog::info("{}: connected to {} after {} attempts", who, redacted_url_, attempt);
             return conn;
         } catch (const std::exception& e) {
             if (attempt == 1 || attempt % 10 == 0) {
-                spdlog::warn(
-                    "db pool #{}: {} (attempt {}, retrying)", index, ScrubPassword(e.what(), options_.url), attempt);
+                spdlog::warn("{}: {} (attempt {}, retrying)", who, ScrubPassword(e.what(), options_.url), attempt);
             }
         }
         std::unique_lock lock{mutex_};
@@ -103,12 +101,40 @@ std::unique_ptr<pqxx::connection> ConnectionPool::ConnectWithBackoff(int index) 
     }
 }
 
+void ConnectionPool::Release(std::unique_ptr<pqxx::connection>& conn) {
+    if (conn && options_.on_disconnect) options_.on_disconnect(*conn);
+    conn.reset();
+}
+
+void ConnectionPool::RunTask(Task& task, std::unique_ptr<pqxx::connection>& conn, const std::string& who) {
+    for (int attempt = 1;; ++attempt) {
+        if (!conn || !conn->is_open()) {
+            Release(conn);
+            conn = ConnectWithBackoff(who);
+            if (!conn) {  // stopping: fail this job, and the next ones the same way until Stop()
+                task(nullptr, std::make_exception_ptr(PoolStopped{}));
+                return;
+            }
+        }
+        try {
+            task(conn.get(), nullptr);
+            return;
+        } catch (const pqxx::broken_connection& e) {
+            Release(conn);
+            if (attempt >= options_.max_job_attempts) {
+                task(nullptr, std::current_exception());
+                return;
+            }
+            spdlog::warn("{}: connection lost ({}); reconnecting and running the job again",
+                         who,
+                         ScrubPassword(e.what(), options_.url));
+        }
+    }
+}
+
 void ConnectionPool::Worker(int index) {
+    const std::string who = "db pool #" + std::to_string(index);
     std::unique_ptr<pqxx::connection> conn;
-    const auto release = [&] {
-        if (conn && options_.on_disconnect) options_.on_disconnect(*conn);
-        conn.reset();
-    };
     for (;;) {
         Task task;
         {
@@ -116,35 +142,13 @@ void ConnectionPool::Worker(int index) {
             wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
             if (stopping_) {  // queued tasks are failed by Stop()
                 lock.unlock();
-                release();
+                Release(conn);
                 return;
             }
             task = std::move(queue_.front());
             queue_.pop_front();
         }
-        for (int attempt = 1;; ++attempt) {
-            if (!conn || !conn->is_open()) {
-                release();
-                conn = ConnectWithBackoff(index);
-                if (!conn) {  // stopping: fail this job, and the next ones the same way until Stop()
-                    task(nullptr, std::make_exception_ptr(PoolStopped{}));
-                    break;
-                }
-            }
-            try {
-                task(conn.get(), nullptr);
-                break;
-            } catch (const pqxx::broken_connection& e) {
-                release();
-                if (attempt >= options_.max_job_attempts) {
-                    task(nullptr, std::current_exception());
-                    break;
-                }
-                spdlog::warn("db pool #{}: connection lost ({}); reconnecting and running the job again",
-                             index,
-                             ScrubPassword(e.what(), options_.url));
-            }
-        }
+        RunTask(task, conn, who);
     }
 }
 

@@ -30,6 +30,7 @@
 #include <string>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace sagaflow::store {
@@ -64,32 +65,9 @@ class ConnectionPool {
 
     template <typename F>
     auto Submit(F job) -> std::future<std::invoke_result_t<F&, pqxx::connection&>> {
-        using R = std::invoke_result_t<F&, pqxx::connection&>;
-        auto promise = std::make_shared<std::promise<R>>();
-        auto future = promise->get_future();
-        Enqueue([this, job = std::move(job), promise](pqxx::connection* conn, std::exception_ptr error) mutable {
-            if (error) {
-                promise->set_exception(error);
-                return;
-            }
-            try {
-                if constexpr (std::is_void_v<R>) {
-                    job(*conn);
-                    AfterJob();
-                    promise->set_value();
-                } else {
-                    R value = job(*conn);
-                    AfterJob();
-                    promise->set_value(std::move(value));
-                }
-            } catch (const pqxx::broken_connection&) {
-                throw;  // the worker reconnects and runs the job again
-            } catch (...) {
-                AfterJob();
-                promise->set_exception(std::current_exception());
-            }
-        });
-        return future;
+        auto [task, future] = MakeTask(std::move(job));
+        Enqueue(std::move(task));
+        return std::move(future);
     }
 
     // Submit and wait: for tools, tests and startup, never for io threads.
@@ -107,6 +85,8 @@ class ConnectionPool {
     const std::string& RedactedUrl() const noexcept { return redacted_url_; }
 
   private:
+    friend class OwnConnection;
+
     void AfterJob() {
         if (options_.after_job) options_.after_job();
     }
@@ -114,9 +94,44 @@ class ConnectionPool {
     // Runs the job on `conn`; with a non-null error it only reports it (the job was never run).
     using Task = std::function<void(pqxx::connection* conn, std::exception_ptr error)>;
 
+    template <typename F>
+    auto MakeTask(F job) -> std::pair<Task, std::future<std::invoke_result_t<F&, pqxx::connection&>>> {
+        using R = std::invoke_result_t<F&, pqxx::connection&>;
+        auto promise = std::make_shared<std::promise<R>>();
+        auto future = promise->get_future();
+        Task task = [this, job = std::move(job), promise](pqxx::connection* conn, std::exception_ptr error) mutable {
+            if (error) {
+                promise->set_exception(error);
+                return;
+            }
+            try {
+                if constexpr (std::is_void_v<R>) {
+                    job(*conn);
+                    AfterJob();
+                    promise->set_value();
+                } else {
+                    R value = job(*conn);
+                    AfterJob();
+                    promise->set_value(std::move(value));
+                }
+            } catch (const pqxx::broken_connection&) {
+                throw;  // RunTask reconnects and runs the job again
+            } catch (...) {
+                AfterJob();
+                promise->set_exception(std::current_exception());
+            }
+        };
+        return {std::move(task), std::move(future)};
+    }
+
     void Enqueue(Task task);
     void Worker(int index);
-    std::unique_ptr<pqxx::connection> ConnectWithBackoff(int index);
+    // Runs `task` on `conn` as a worker does: connects first when needed, runs it again on a new
+    // connection when the old one broke (up to max_job_attempts), fails it with PoolStopped when
+    // stopping. `who` names the connection in the log.
+    void RunTask(Task& task, std::unique_ptr<pqxx::connection>& conn, const std::string& who);
+    void Release(std::unique_ptr<pqxx::connection>& conn);
+    std::unique_ptr<pqxx::connection> ConnectWithBackoff(const std::string& who);
 
     PoolOptions options_;
     std::string redacted_url_;
@@ -126,6 +141,33 @@ class ConnectionPool {
     bool stopping_ = false;
     bool stop_connecting_ = false;  // BeginStop or Stop: ConnectWithBackoff gives up
     std::vector<std::thread> threads_;
+};
+
+// A connection of the pool's kind (its URL, on_connect, on_disconnect and after_job) that runs
+// jobs on the calling thread, for a thread that runs one transaction after another and would
+// otherwise hand each to a worker and sleep until it is done: two thread wake-ups per job (a
+// consumer's batches). Run() keeps Submit's contract: it connects (with backoff) when needed,
+// runs a job again after its connection broke before commit, and fails with PoolStopped once the
+// pool stops connecting. One thread at a time; it is a connection on top of the pool's Size().
+// Destroy it before the pool.
+class OwnConnection {
+  public:
+    OwnConnection(ConnectionPool& pool, std::string name) : pool_(pool), name_(std::move(name)) {}
+    ~OwnConnection() { pool_.Release(conn_); }
+    OwnConnection(const OwnConnection&) = delete;
+    OwnConnection& operator=(const OwnConnection&) = delete;
+
+    template <typename F>
+    auto Run(F job) {
+        auto [task, future] = pool_.MakeTask(std::move(job));
+        pool_.RunTask(task, conn_, name_);
+        return future.get();
+    }
+
+  private:
+    ConnectionPool& pool_;
+    std::string name_;
+    std::unique_ptr<pqxx::connection> conn_;
 };
 
 // Opens one connection, naming the (redacted) URL and a hint when it fails.

@@ -513,6 +513,55 @@ TEST_CASE("the pool runs jobs, passes errors on, and survives a killed connectio
     CHECK_THROWS_AS(pool.RunBlocking([](pqxx::connection&) { return 0; }), PoolStopped);
 }
 
+TEST_CASE("an OwnConnection runs jobs on the caller's thread, like the pool's, and survives a killed connection") {
+    ScratchDatabase db;
+    std::atomic<int> connects{0}, disconnects{0}, after_jobs{0};
+    ConnectionPool pool{{.url = db.Url(),
+                         .size = 1,
+                         .on_connect = [&](pqxx::connection&) { ++connects; },
+                         .on_disconnect = [&](pqxx::connection&) { ++disconnects; },
+                         .after_job = [&] { ++after_jobs; }}};
+    const auto backend = [](pqxx::connection& c) {
+        pqxx::work tx{c};
+        return std::pair{tx.exec1("SELECT pg_backend_pid()")[0].as<int>(), std::this_thread::get_id()};
+    };
+    const int pool_backend = pool.RunBlocking(backend).first;
+    CHECK(connects == 1);
+    {
+        OwnConnection own{pool, "test connection"};
+        const auto [first, thread] = own.Run(backend);
+        CHECK(thread == std::this_thread::get_id());
+        CHECK(first != pool_backend);  // a connection on top of the pool's
+        CHECK(connects == 2);
+        CHECK(after_jobs == 2);  // as for a pool job: before the caller has the result
+        CHECK_THROWS_AS(own.Run([](pqxx::connection& c) {
+            pqxx::work tx{c};
+            tx.exec("SELECT * FROM no_such_table");
+        }),
+                        pqxx::undefined_table);
+        CHECK(after_jobs == 3);
+        CHECK(own.Run(backend).first == first);  // kept between jobs
+
+        pool.RunBlocking([&](pqxx::connection& c) {
+            pqxx::nontransaction{c}.exec("SELECT pg_terminate_backend(" + std::to_string(first) + ")");
+        });
+        const auto [second, again] = own.Run(backend);  // reconnects and runs the job
+        CHECK(second != first);
+        CHECK(again == std::this_thread::get_id());
+        CHECK(connects == 3);
+        CHECK(disconnects == 1);
+
+        pool.BeginStop();  // a live connection still runs jobs; a lost one is not replaced
+        CHECK(own.Run(backend).first == second);
+        pool.RunBlocking([&](pqxx::connection& c) {
+            pqxx::nontransaction{c}.exec("SELECT pg_terminate_backend(" + std::to_string(second) + ")");
+        });
+        CHECK_THROWS_AS(own.Run(backend), PoolStopped);
+    }
+    CHECK(disconnects == 2);
+    CHECK(connects == 3);
+}
+
 TEST_CASE("a password never appears in errors or redacted URLs") {
     CHECK(RedactUrl("postgresql://app:hunter2@db.example:5432/orders") ==
           "postgresql://app:***@db.example:5432/orders");
