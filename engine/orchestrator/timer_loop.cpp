@@ -20,6 +20,10 @@ void TimerLoop::Start(store::ConnectionPool& pool) {
 
 void TimerLoop::Poke(std::chrono::milliseconds delay) {
     if (!running_.load()) return;
+    // A timer that fires by then is enough: its scan starts after this commit and finds the new
+    // timer. Without this check every reply batch woke the io thread, mostly to learn that.
+    const auto when = std::chrono::steady_clock::now() + std::min(delay, max_sleep_);
+    if (armed_until_.load() <= when.time_since_epoch().count()) return;
     asio::post(io_, [this, delay] { Arm(delay); });
 }
 
@@ -27,6 +31,7 @@ void TimerLoop::Stop() {
     running_ = false;
     timer_.cancel();  // its handler, if the io_context runs again, sees operation_aborted
     armed_ = scanning_ = false;
+    armed_until_ = kNotArmed;
     rescan_at_.reset();
     if (scan_done_.valid()) scan_done_.wait();  // the io thread is gone: nothing starts another scan
 }
@@ -40,9 +45,11 @@ void TimerLoop::Arm(std::chrono::milliseconds delay) {
     if (armed_ && timer_.expiry() <= when) return;
     armed_ = true;
     timer_.expires_at(when);
+    armed_until_ = when.time_since_epoch().count();
     timer_.async_wait([this](const boost::system::error_code& ec) {
         if (ec) return;  // cancelled: re-armed earlier, or stopping
         armed_ = false;
+        armed_until_ = kNotArmed;  // before the scan starts: a poke from now on is posted
         Run();
     });
 }

@@ -1,8 +1,9 @@
 #pragma once
 // The engine's durable-timer loop: one scan of the due timers at a time, on a pool connection,
 // woken by a steady_timer on the io thread at the next due time (at most `max_sleep` away) or
-// earlier by Poke() after a commit that set a sooner timer. A poke during a scan is remembered and
-// applied when the scan ends, so no two scans ever run at once.
+// earlier by Poke() after a commit that set a sooner timer (a poke the armed timer already covers
+// does not wake the io thread). A poke during a scan is remembered and applied when the scan ends,
+// so no two scans ever run at once.
 //
 // Lifecycle: Start(pool) (the io_context runs) -> Poke() from any thread (ignored unless started)
 // -> Stop(): call it after the io thread has ended; it waits for the scan in flight. Start again
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <limits>
 #include <optional>
 
 #include "store/errors.hpp"
@@ -45,6 +47,11 @@ class TimerLoop {
     Scan scan_;
     boost::asio::steady_timer timer_;
     std::atomic<bool> running_{false};
+    // The armed timer's expiry (steady_clock ticks), kNotArmed while none is armed or a scan runs:
+    // a Poke() for a later time skips the io thread.
+    static constexpr std::chrono::steady_clock::rep kNotArmed =
+        std::numeric_limits<std::chrono::steady_clock::rep>::max();
+    std::atomic<std::chrono::steady_clock::rep> armed_until_{kNotArmed};
     bool armed_ = false;                                              // io thread
     bool scanning_ = false;                                           // io thread
     std::optional<std::chrono::steady_clock::time_point> rescan_at_;  // io thread: a poke during the scan

@@ -59,3 +59,31 @@ TEST_CASE("timer scans never overlap: a scan whose connection breaks is not run 
     CHECK(calls.load() >= 3);  // scanning went on after the broken one, poked
     CHECK(most.load() == 1);
 }
+
+TEST_CASE("a poke the armed timer already covers does not wake the io thread; a sooner one re-arms it") {
+    ScratchDatabase db;
+    sagaflow::store::ConnectionPool pool{
+        {.url = db.Url(), .size = 1, .on_connect = {}, .on_disconnect = {}, .after_job = {}}};
+    boost::asio::io_context io;  // run by this thread, so what each poke posts can be counted
+    auto work = boost::asio::make_work_guard(io);
+    std::atomic<int> scans{0};
+    sagaflow::detail::TimerLoop timers{io, 10s, [&](pqxx::connection&, const std::atomic<bool>&) {
+                                           ++scans;
+                                           return std::chrono::milliseconds(5s);  // the next timer
+                                       }};
+    timers.Start(pool);
+    io.run_for(300ms);  // the first scan, then armed 5 s ahead
+    REQUIRE(scans == 1);
+
+    for (int i = 0; i < 100; ++i) timers.Poke(8s);  // commits that set timers after the armed one
+    CHECK(io.poll() == 0);                          // nothing was posted
+
+    const auto poked = std::chrono::steady_clock::now();
+    timers.Poke(500ms);  // a sooner one
+    CHECK(io.poll() >= 1);
+    while (scans == 1 && std::chrono::steady_clock::now() - poked < 3s) io.run_for(50ms);
+    CHECK(scans == 2);
+    CHECK(std::chrono::steady_clock::now() - poked < 2s);  // at the poke's time, not the 5 s timer's
+    timers.Stop();
+    pool.Stop();
+}
