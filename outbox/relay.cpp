@@ -1,5 +1,6 @@
 #include "outbox/relay.hpp"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <poll.h>
@@ -324,15 +325,16 @@ class Relay::Impl {
             }
             // Idle: wait for a NOTIFY of a row this claim did not see, in slices so Stop() is seen
             // quickly. The batch's mark waits for it too (it rides with the next claim), but not
-            // longer than kMarkDelay.
+            // longer than kMarkDelay: the first slice ends then (in 2 ms slices it woke the relay
+            // up to five times for nothing).
             const auto start = std::chrono::steady_clock::now();
             const auto deadline = start + options_.poll_interval;
             while (wakeups.highest <= covered && !wakeups.unreadable && !Poked() && !stopping_.load() &&
                    std::chrono::steady_clock::now() < deadline) {
-                if (!unmarked_.ids.empty() && std::chrono::steady_clock::now() - start >= kMarkDelay) {
-                    FlushMarks(*conn);
-                }
-                Await(*conn, unmarked_.ids.empty() ? 50 : 2);
+                const auto waited = std::chrono::steady_clock::now() - start;
+                if (!unmarked_.ids.empty() && waited >= kMarkDelay) FlushMarks(*conn);
+                const auto mark_due = std::chrono::ceil<std::chrono::milliseconds>(kMarkDelay - waited).count();
+                Await(*conn, unmarked_.ids.empty() ? 50 : static_cast<int>(std::max<long long>(mark_due, 1)));
                 rd_kafka_poll(producer_.get(), 0);
             }
         }
@@ -671,7 +673,10 @@ Relay::~Relay() {
 void Relay::Start() {
     if (thread_.joinable()) return;
     stopping_ = false;
-    thread_ = std::thread([this] { impl_->Run(); });
+    thread_ = std::thread([this] {
+        pthread_setname_np(pthread_self(), "sf-relay");
+        impl_->Run();
+    });
 }
 
 void Relay::Stop() {
