@@ -3,7 +3,7 @@
 # 25/50/75 %) on a private PostgreSQL with pg_stat_statements loaded (tracking top-level
 # statements) and a private broker; the counters are reset when the 50 % phase starts and read when
 # it ends, and printed per saga of that phase, dearest-by-count first, beside the context switches
-# and CPU per saga by process group (bench/context_switches.py over 25 s of the phase).
+# and CPU per saga by process group and thread name (bench/context_switches.py over 25 s of the phase).
 #   bench/statements_at_half_load.sh [BUILD] [saga_bench options...]   (BUILD: build/release)
 # e.g. bench/statements_at_half_load.sh build/release --seconds 30 --warmup 20
 # A simple query of several statements (`BEGIN; EXECUTE …`, `EXECUTE …; COMMIT`, the participant's
@@ -43,7 +43,7 @@ wait_line() {
 sf_log "waiting for the 50 % phase (after the warm-up, the closed loop and the 25 % phase)"
 wait_line "open-25%"
 psql "$url" -qAtc "SELECT pg_stat_statements_reset()" >/dev/null
-python3 bench/context_switches.py "$url" 25 >"$log.cs" 2>&1 &
+python3 bench/context_switches.py --threads "$url" 25 >"$log.cs" 2>&1 &
 # Round trips, counted exactly: PostgreSQL answers each with one send (its ReadyForQuery flush), so
 # the sends of its processes over the same window are the round trips (plus the few notifications).
 # A process that ends as perf attaches (a short session) fails the count: it is tried again. The

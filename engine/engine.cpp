@@ -1,5 +1,6 @@
 #include "engine/engine.hpp"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -201,7 +202,10 @@ class Engine::Impl {
         if (config_.process_sagas || config_.http.enabled) {
             io_.restart();
             work_.emplace(asio::make_work_guard(io_));
-            io_thread_ = std::thread([this] { io_.run(); });
+            io_thread_ = std::thread([this] {
+                pthread_setname_np(pthread_self(), "sf-io");
+                io_.run();
+            });
         }
         if (config_.process_sagas) {
             timers_.Start(*parts_.pool);

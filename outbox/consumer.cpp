@@ -1,5 +1,6 @@
 #include "outbox/consumer.hpp"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <map>
@@ -677,7 +678,10 @@ Consumer::~Consumer() {
 void Consumer::Start() {
     if (thread_.joinable()) return;
     stopping_ = false;
-    thread_ = std::thread([this] { impl_->Run(); });
+    thread_ = std::thread([this] {
+        pthread_setname_np(pthread_self(), "sf-consumer");
+        impl_->Run();
+    });
 }
 
 void Consumer::Stop() {

@@ -1,5 +1,6 @@
 #include "outbox/group_progress.hpp"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -54,7 +55,10 @@ class GroupProgress::Impl {
         if (thread_.joinable()) return;
         started_at_ = Clock::now();
         stopping_ = false;
-        thread_ = std::thread([this] { Run(); });
+        thread_ = std::thread([this] {
+            pthread_setname_np(pthread_self(), "sf-progress");
+            Run();
+        });
     }
 
     void Stop() {

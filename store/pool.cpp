@@ -1,5 +1,6 @@
 #include "store/pool.hpp"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <pqxx/except>
@@ -133,6 +134,7 @@ void ConnectionPool::RunTask(Task& task, std::unique_ptr<pqxx::connection>& conn
 }
 
 void ConnectionPool::Worker(int index) {
+    pthread_setname_np(pthread_self(), ("sf-db-" + std::to_string(index)).c_str());
     const std::string who = "db pool #" + std::to_string(index);
     std::unique_ptr<pqxx::connection> conn;
     for (;;) {

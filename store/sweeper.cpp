@@ -1,5 +1,6 @@
 #include "store/sweeper.hpp"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <pqxx/pqxx>
@@ -110,6 +111,7 @@ SweepReport Sweeper::SweepNowBlocking() {
 
 void Sweeper::Start() {
     thread_ = std::thread([this] {
+        pthread_setname_np(pthread_self(), "sf-sweeper");
         std::unique_lock lock{mutex_};
         while (!stopping_) {
             lock.unlock();
