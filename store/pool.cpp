@@ -41,7 +41,7 @@ void ConnectionPool::BeginStop() {
         std::lock_guard lock{mutex_};
         stop_connecting_ = true;
     }
-    wake_.notify_all();
+    connect_wake_.notify_all();
 }
 
 void ConnectionPool::Stop() {
@@ -54,6 +54,7 @@ void ConnectionPool::Stop() {
         abandoned.swap(queue_);
     }
     wake_.notify_all();
+    connect_wake_.notify_all();
     for (auto& task : abandoned) {
         task(nullptr, std::make_exception_ptr(PoolStopped{}));
     }
@@ -97,7 +98,7 @@ std::unique_ptr<pqxx::connection> ConnectionPool::ConnectWithBackoff(const std::
         // Full jitter: spreads the reconnects of many workers after an outage.
         const auto pause =
             std::chrono::milliseconds{std::uniform_int_distribution<long long>(delay.count() / 2, delay.count())(rng)};
-        if (wake_.wait_for(lock, pause, [this] { return stop_connecting_; })) return nullptr;
+        if (connect_wake_.wait_for(lock, pause, [this] { return stop_connecting_; })) return nullptr;
         delay = std::min(delay * 2, options_.max_backoff);
     }
 }

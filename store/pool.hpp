@@ -136,7 +136,11 @@ class ConnectionPool {
     PoolOptions options_;
     std::string redacted_url_;
     std::mutex mutex_;
-    std::condition_variable wake_;
+    std::condition_variable wake_;  // workers: a job is queued, or the pool stops
+    // Backoff waits between connection attempts (workers and OwnConnections): the pool stops
+    // connecting. Not wake_: a job's notify_one could wake a waiter in backoff instead of an idle
+    // worker, and the job would wait in the queue for the next one.
+    std::condition_variable connect_wake_;
     std::deque<Task> queue_;
     bool stopping_ = false;
     bool stop_connecting_ = false;  // BeginStop or Stop: ConnectWithBackoff gives up

@@ -562,6 +562,40 @@ TEST_CASE("an OwnConnection runs jobs on the caller's thread, like the pool's, a
     CHECK(connects == 3);
 }
 
+TEST_CASE("a pool's job is not left queued while an OwnConnection waits between connection attempts") {
+    ScratchDatabase db;
+    std::atomic<int> connects{0};
+    // The pool's worker connects; every later connection (the OwnConnection's) fails in on_connect,
+    // so the OwnConnection waits in backoff while jobs are queued for the worker.
+    ConnectionPool pool{{.url = db.Url(),
+                         .size = 1,
+                         .initial_backoff = std::chrono::milliseconds(30'000),
+                         .max_backoff = std::chrono::milliseconds(30'000),
+                         .on_connect =
+                             [&](pqxx::connection&) {
+                                 if (++connects > 1) throw std::runtime_error("refused by the test");
+                             },
+                         .on_disconnect = {},
+                         .after_job = {}}};
+    REQUIRE(pool.RunBlocking([](pqxx::connection&) { return 1; }) == 1);
+    std::thread waiting([&] {
+        OwnConnection own{pool, "test connection"};
+        CHECK_THROWS_AS(own.Run([](pqxx::connection&) { return 0; }), PoolStopped);
+    });
+    while (connects < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // in its backoff wait now
+    int answered = 0;
+    for (int i = 0; i < 20; ++i) {
+        auto result = pool.Submit([](pqxx::connection&) { return 1; });
+        if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) break;
+        answered += result.get();
+    }
+    CHECK(answered == 20);
+    pool.BeginStop();  // ends the backoff wait
+    waiting.join();
+    pool.Stop();
+}
+
 TEST_CASE("a password never appears in errors or redacted URLs") {
     CHECK(RedactUrl("postgresql://app:hunter2@db.example:5432/orders") ==
           "postgresql://app:***@db.example:5432/orders");
