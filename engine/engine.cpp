@@ -1,6 +1,5 @@
 #include "engine/engine.hpp"
 
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -38,6 +37,7 @@
 #include "store/errors.hpp"
 #include "store/inbox.hpp"
 #include "store/migrations.hpp"
+#include "store/named_thread.hpp"
 #include "store/pool.hpp"
 #include "store/prepared.hpp"
 #include "store/sweeper.hpp"
@@ -202,10 +202,7 @@ class Engine::Impl {
         if (config_.process_sagas || config_.http.enabled) {
             io_.restart();
             work_.emplace(asio::make_work_guard(io_));
-            io_thread_ = std::thread([this] {
-                pthread_setname_np(pthread_self(), "sf-io");
-                io_.run();
-            });
+            io_thread_ = store::NamedThread("sf-io", [this] { io_.run(); });
         }
         if (config_.process_sagas) {
             timers_.Start(*parts_.pool);

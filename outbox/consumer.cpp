@@ -1,6 +1,5 @@
 #include "outbox/consumer.hpp"
 
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <map>
@@ -14,6 +13,7 @@
 #include "outbox/membership.hpp"
 #include "store/errors.hpp"
 #include "store/inbox.hpp"
+#include "store/named_thread.hpp"
 #include "store/pool.hpp"
 #include "store/prepared.hpp"
 #include "store/test_guards.hpp"
@@ -678,10 +678,7 @@ Consumer::~Consumer() {
 void Consumer::Start() {
     if (thread_.joinable()) return;
     stopping_ = false;
-    thread_ = std::thread([this] {
-        pthread_setname_np(pthread_self(), "sf-consumer");
-        impl_->Run();
-    });
+    thread_ = store::NamedThread("sf-consumer", [this] { impl_->Run(); });
 }
 
 void Consumer::Stop() {

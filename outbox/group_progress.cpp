@@ -1,12 +1,12 @@
 #include "outbox/group_progress.hpp"
 
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <deque>
 
 #include "outbox/detail/rdkafka.hpp"
+#include "store/named_thread.hpp"
 
 namespace sagaflow::outbox {
 namespace {
@@ -55,10 +55,7 @@ class GroupProgress::Impl {
         if (thread_.joinable()) return;
         started_at_ = Clock::now();
         stopping_ = false;
-        thread_ = std::thread([this] {
-            pthread_setname_np(pthread_self(), "sf-progress");
-            Run();
-        });
+        thread_ = store::NamedThread("sf-progress", [this] { Run(); });
     }
 
     void Stop() {

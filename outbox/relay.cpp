@@ -1,6 +1,5 @@
 #include "outbox/relay.hpp"
 
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <poll.h>
@@ -22,6 +21,7 @@
 #include "outbox/detail/claim_position.hpp"
 #include "outbox/detail/rdkafka.hpp"
 #include "store/errors.hpp"
+#include "store/named_thread.hpp"
 #include "store/pool.hpp"
 #include "store/prepared.hpp"
 #include "store/url.hpp"
@@ -673,10 +673,7 @@ Relay::~Relay() {
 void Relay::Start() {
     if (thread_.joinable()) return;
     stopping_ = false;
-    thread_ = std::thread([this] {
-        pthread_setname_np(pthread_self(), "sf-relay");
-        impl_->Run();
-    });
+    thread_ = store::NamedThread("sf-relay", [this] { impl_->Run(); });
 }
 
 void Relay::Stop() {

@@ -1,11 +1,11 @@
 #include "store/pool.hpp"
 
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <pqxx/except>
 #include <random>
 
+#include "store/named_thread.hpp"
 #include "store/url.hpp"
 
 namespace sagaflow::store {
@@ -28,7 +28,7 @@ ConnectionPool::ConnectionPool(PoolOptions options)
     }
     threads_.reserve(static_cast<std::size_t>(options_.size));
     for (int i = 0; i < options_.size; ++i) {
-        threads_.emplace_back([this, i] { Worker(i); });
+        threads_.push_back(NamedThread("sf-db-" + std::to_string(i), [this, i] { Worker(i); }));
     }
 }
 
@@ -135,7 +135,6 @@ void ConnectionPool::RunTask(Task& task, std::unique_ptr<pqxx::connection>& conn
 }
 
 void ConnectionPool::Worker(int index) {
-    pthread_setname_np(pthread_self(), ("sf-db-" + std::to_string(index)).c_str());
     const std::string who = "db pool #" + std::to_string(index);
     std::unique_ptr<pqxx::connection> conn;
     for (;;) {

@@ -1,10 +1,11 @@
 #include "store/sweeper.hpp"
 
-#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <pqxx/pqxx>
 #include <stdexcept>
+
+#include "store/named_thread.hpp"
 
 namespace sagaflow::store {
 
@@ -110,8 +111,7 @@ SweepReport Sweeper::SweepNowBlocking() {
 }
 
 void Sweeper::Start() {
-    thread_ = std::thread([this] {
-        pthread_setname_np(pthread_self(), "sf-sweeper");
+    thread_ = NamedThread("sf-sweeper", [this] {
         std::unique_lock lock{mutex_};
         while (!stopping_) {
             lock.unlock();
