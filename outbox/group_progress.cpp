@@ -14,6 +14,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kHistory = std::chrono::minutes(20);  // longer than any wait the engine asks about
 constexpr int kFetchTimeoutMs = 2000;
+constexpr auto kLowsMaxAge = std::chrono::seconds(30);
 
 struct PartitionHistory {
     std::deque<std::pair<Clock::time_point, std::int64_t>> committed;  // appended when it changes
@@ -201,6 +202,7 @@ class GroupProgress::Impl {
             err != RD_KAFKA_RESP_ERR_NO_ERROR) {
             throw std::runtime_error("committed offsets: " + detail::ErrorText(err));
         }
+        const auto& lows = LowWatermarks(client, key, *list, partitions);
         const auto now = Clock::now();
         std::lock_guard lock(mutex_);
         Track& track = tracks_[key];
@@ -211,12 +213,17 @@ class GroupProgress::Impl {
             if (element.err != RD_KAFKA_RESP_ERR_NO_ERROR || element.partition < 0 || element.partition >= partitions) {
                 continue;
             }
-            const std::int64_t committed = element.offset;  // RD_KAFKA_OFFSET_INVALID (-1001): none
-            track.latest[static_cast<std::size_t>(element.partition)] = committed;
-            if (committed < 0) continue;
-            track.any_commit = true;
-            auto& history = track.history[static_cast<std::size_t>(element.partition)].committed;
-            if (history.empty() || history.back().second != committed) history.emplace_back(now, committed);
+            const auto p = static_cast<std::size_t>(element.partition);
+            std::int64_t reached = element.offset;  // RD_KAFKA_OFFSET_INVALID (-1001): none committed
+            if (reached >= 0) {
+                track.any_commit = true;
+            } else if (p < lows.size()) {
+                reached = lows[p];  // never committed here: nothing below the log's start is left to read
+            }
+            track.latest[p] = reached;
+            if (reached < 0) continue;
+            auto& history = track.history[p].committed;
+            if (history.empty() || history.back().second != reached) history.emplace_back(now, reached);
             while (history.size() > 1 && now - history.front().first > kHistory) history.pop_front();
         }
         if (caught_up) {
@@ -240,6 +247,41 @@ class GroupProgress::Impl {
         track.last_error.clear();
     }
 
+    // The log-start offsets of the partitions on which the group has committed nothing, read
+    // again at most every kLowsMaxAge (they only grow, by retention, so an older one only makes
+    // an answer "not yet"); -1 where not known.
+    const std::vector<std::int64_t>& LowWatermarks(rd_kafka_t* client,
+                                                   const std::pair<std::string, std::string>& key,
+                                                   const rd_kafka_topic_partition_list_t& committed,
+                                                   int partitions) {
+        auto& [at, lows] = lows_[key];
+        const bool fresh = static_cast<int>(lows.size()) == partitions && Clock::now() - at < kLowsMaxAge;
+        if (fresh) return lows;
+        const std::vector<std::int64_t> known = std::move(lows);
+        lows.assign(static_cast<std::size_t>(partitions), -1);
+        bool queried = false;
+        for (int i = 0; i < committed.cnt; ++i) {
+            const auto& element = committed.elems[i];
+            if (element.err != RD_KAFKA_RESP_ERR_NO_ERROR || element.offset >= 0 || element.partition < 0 ||
+                element.partition >= partitions) {
+                continue;
+            }
+            const auto p = static_cast<std::size_t>(element.partition);
+            std::int64_t low = 0;
+            std::int64_t high = 0;
+            if (rd_kafka_query_watermark_offsets(
+                    client, key.second.c_str(), element.partition, &low, &high, kFetchTimeoutMs) ==
+                RD_KAFKA_RESP_ERR_NO_ERROR) {
+                lows[p] = low;
+            } else if (p < known.size()) {
+                lows[p] = known[p];
+            }
+            queried = true;
+        }
+        if (queried) at = Clock::now();
+        return lows;
+    }
+
     std::string brokers_;
     KafkaProperties properties_;
     std::chrono::milliseconds interval_;
@@ -247,6 +289,8 @@ class GroupProgress::Impl {
     std::atomic<bool> stopping_{false};
     std::thread thread_;
     std::map<std::string, detail::ClientPtr> clients_;  // by group; the fetch thread only
+    std::map<std::pair<std::string, std::string>, std::pair<Clock::time_point, std::vector<std::int64_t>>>
+        lows_;  // by (group, topic); the fetch thread only
     mutable std::mutex mutex_;
     std::map<std::pair<std::string, std::string>, Track> tracks_;
 };

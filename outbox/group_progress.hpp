@@ -51,7 +51,9 @@ class GroupProgress {
         std::string why;                   // kUnknown: why not known
     };
     // Whether `group` has reached the record at `offset` of `topic`[`partition`] (every record
-    // before it applied). kUnknown when the group is not followed, nothing could be fetched within
+    // before it applied). On a partition where the group has committed nothing yet, it has reached
+    // the partition's first record (its log start): a new group's first command there is read,
+    // not waited for. kUnknown when the group is not followed, nothing could be fetched within
     // the startup grace (e.g. no right to read the group's offsets), or the group has committed
     // nothing on the topic at all (not a sagaflow group, or misnamed: nothing to wait for).
     ReadAnswer CommandRead(const std::string& group,

@@ -14,6 +14,7 @@
 
 #include "outbox/consumer.hpp"
 #include "outbox/detail/rdkafka.hpp"
+#include "outbox/group_progress.hpp"
 #include "outbox/relay.hpp"
 #include "outbox/runtime.hpp"
 #include "outbox/uuid.hpp"
@@ -1081,4 +1082,75 @@ TEST_CASE("the relay killed with SIGKILL 20 times: every row is published, dupli
     CHECK(Count(db.Url(), "SELECT count(*) FROM effect") == total);
     CHECK(Count(db.Url(), "SELECT count(*) FROM effect WHERE applied <> 1") == 0);
     CHECK(consumer.Metrics().duplicates.load() == static_cast<std::uint64_t>(duplicates));
+}
+
+TEST_CASE("a partition where a group has committed nothing counts as read up to its log start") {
+    using namespace outbox::detail;
+    using Read = outbox::GroupProgress::Read;
+    const std::string brokers = KafkaBrokers();
+    const std::string topic = UniqueName("progress");
+    testing::CreateTopic(brokers, topic, 2);
+    // Three records in partition 1, two in partition 0; then retention-like removal of partition
+    // 1's first two, so its log starts at offset 2.
+    auto producer = MakeClient(RD_KAFKA_PRODUCER, MakeConf({{"bootstrap.servers", brokers}}));
+    rd_kafka_topic_t* handle = rd_kafka_topic_new(producer.get(), topic.c_str(), nullptr);
+    char value[] = "x";
+    for (const auto& [partition, n] : std::vector<std::pair<int, int>>{{0, 2}, {1, 3}}) {
+        for (int i = 0; i < n; ++i) {
+            REQUIRE(rd_kafka_produce(handle, partition, RD_KAFKA_MSG_F_COPY, value, 1, nullptr, 0, nullptr) == 0);
+        }
+    }
+    rd_kafka_topic_destroy(handle);
+    REQUIRE(rd_kafka_flush(producer.get(), 30'000) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    {
+        TopicPartitionListPtr before{rd_kafka_topic_partition_list_new(1)};
+        rd_kafka_topic_partition_list_add(before.get(), topic.c_str(), 1)->offset = 2;
+        rd_kafka_DeleteRecords_t* request = rd_kafka_DeleteRecords_new(before.get());
+        QueuePtr queue{rd_kafka_queue_new(producer.get())};
+        rd_kafka_DeleteRecords(producer.get(), &request, 1, nullptr, queue.get());
+        rd_kafka_DeleteRecords_destroy(request);
+        rd_kafka_event_t* result = rd_kafka_queue_poll(queue.get(), 30'000);
+        REQUIRE(result != nullptr);
+        const auto err = rd_kafka_event_error(result);
+        rd_kafka_event_destroy(result);
+        REQUIRE(err == RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
+
+    // The group commits partition 0 up to its end; nothing on partition 1.
+    const std::string group = UniqueName("progress-group");
+    const auto commit = [&](int partition, std::int64_t offset) {
+        auto client = MakeClient(RD_KAFKA_CONSUMER, MakeConf({{"bootstrap.servers", brokers}, {"group.id", group}}));
+        TopicPartitionListPtr offsets{rd_kafka_topic_partition_list_new(1)};
+        rd_kafka_topic_partition_list_add(offsets.get(), topic.c_str(), partition)->offset = offset;
+        REQUIRE(rd_kafka_commit(client.get(), offsets.get(), 0) == RD_KAFKA_RESP_ERR_NO_ERROR);
+        rd_kafka_consumer_close(client.get());
+    };
+    commit(0, 2);
+
+    outbox::GroupProgress progress(brokers, {}, std::chrono::milliseconds(100));
+    const std::string silent = UniqueName("silent-group");
+    progress.Follow(group, topic);
+    progress.Follow(silent, topic);
+    progress.Start();
+    REQUIRE(
+        WaitFor([&] { return progress.CommandRead(group, topic, 0, 2).read == Read::kYes; }, std::chrono::seconds(30)));
+
+    CHECK(progress.CommandRead(group, topic, 0, 3).read == Read::kNo);
+    // Partition 1: the first record left is reached, the ones before it are gone, the next waits.
+    CHECK(progress.CommandRead(group, topic, 1, 2).read == Read::kYes);
+    CHECK(progress.CommandRead(group, topic, 1, 0).read == Read::kYes);
+    CHECK(progress.CommandRead(group, topic, 1, 3).read == Read::kNo);
+    // A group that has committed nothing on the topic at all may not be a sagaflow group: unknown.
+    REQUIRE(WaitFor([&] { return progress.CommandRead(silent, topic, 1, 2).read != Read::kNotYet; },
+                    std::chrono::seconds(30)));
+    const auto silent_answer = progress.CommandRead(silent, topic, 1, 2);
+    CHECK(silent_answer.read == Read::kUnknown);
+    CHECK(silent_answer.why.find("committed nothing") != std::string::npos);
+
+    // Its first commit on partition 1 moves it on.
+    commit(1, 4);
+    CHECK(
+        WaitFor([&] { return progress.CommandRead(group, topic, 1, 3).read == Read::kYes; }, std::chrono::seconds(30)));
+    CHECK(progress.CommandRead(group, topic, 1, 5).read == Read::kNo);
+    progress.Stop();
 }
