@@ -25,6 +25,7 @@
 #include "outbox/admin.hpp"
 #include "store/errors.hpp"
 #include "store/inbox.hpp"
+#include "store/named_thread.hpp"
 #include "store/pool.hpp"
 #include "store/prepared.hpp"
 #include "store/sweeper.hpp"
@@ -427,6 +428,7 @@ asio::awaitable<void> HttpServer::Serve(tcp::socket socket, bool over_cap) {
         Response response = co_await asio::co_spawn(
             *workers_,
             [&]() -> asio::awaitable<Response> {
+                store::NameThisThreadOnce("sf-http");
                 try {
                     co_return Handle(*request);
                 } catch (const std::exception& e) {
