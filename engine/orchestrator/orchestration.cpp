@@ -38,7 +38,8 @@ void Orchestration::Apply(SideEffects side) {
     RecordLatencies(side.latencies);
     counters_.sagas_finished += side.finished;
     counters_.replies_applied += side.replies_applied;
-    counters_.replies_ignored += side.replies_ignored;
+    counters_.replies_ignored += side.ignored.size();
+    for (const auto& line : side.ignored) spdlog::debug("{}", line);
     counters_.sagas_parked += side.parked.size();
     for (const auto& line : side.parked) spdlog::error("{}", line);
     Poke(side.poke);

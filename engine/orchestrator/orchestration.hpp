@@ -31,7 +31,8 @@ namespace sagaflow::detail {
 // counts and logs each reply once.
 struct SideEffects {
     std::vector<std::pair<std::string, double>> latencies;
-    std::uint64_t finished = 0, replies_applied = 0, replies_ignored = 0;
+    std::uint64_t finished = 0, replies_applied = 0;
+    std::vector<std::string> ignored;               // "reply ... ignored: ..." lines (logged at debug)
     std::vector<std::string> parked;                // "saga ... parked as failed: ..." lines
     std::optional<std::chrono::milliseconds> poke;  // the soonest timer the transaction set
 

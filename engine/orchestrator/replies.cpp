@@ -1,6 +1,6 @@
 #include "engine/orchestrator/replies.hpp"
 
-#include <spdlog/spdlog.h>
+#include <fmt/format.h>
 
 #include <pqxx/pqxx>
 
@@ -53,8 +53,7 @@ void ReplyHandler::OnReply(pqxx::transaction_base& tx,
     const outbox::CloudEvent& e = in.event;
     const std::string outcome_text = e.data.is_object() ? e.data.value("outcome", std::string()) : std::string();
     const auto ignore = [&](const std::string& saga_id, const std::string& why) {
-        ++side.replies_ignored;
-        spdlog::debug("reply {} ignored: {}", e.id, why);
+        side.ignored.push_back(fmt::format("reply {} ignored: {}", e.id, why));
         writes.Record(
             saga_id,
             {"ignored", e.step_name, e.phase, 0, e.id, {{"reason", why}, {"type", e.type}, {"outcome", outcome_text}}});
