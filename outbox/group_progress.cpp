@@ -259,7 +259,6 @@ class GroupProgress::Impl {
         if (fresh) return lows;
         const std::vector<std::int64_t> known = std::move(lows);
         lows.assign(static_cast<std::size_t>(partitions), -1);
-        bool queried = false;
         for (int i = 0; i < committed.cnt; ++i) {
             const auto& element = committed.elems[i];
             if (element.err != RD_KAFKA_RESP_ERR_NO_ERROR || element.offset >= 0 || element.partition < 0 ||
@@ -276,9 +275,8 @@ class GroupProgress::Impl {
             } else if (p < known.size()) {
                 lows[p] = known[p];
             }
-            queried = true;
         }
-        if (queried) at = Clock::now();
+        at = Clock::now();
         return lows;
     }
 
