@@ -1,5 +1,7 @@
 #include "store/transaction.hpp"
 
+#include <cstring>
+#include <pqxx/errorhandler>
 #include <pqxx/except>
 #include <stdexcept>
 #include <vector>
@@ -15,6 +17,18 @@ namespace {
 // or a statement after a lost connection would run on a new session, outside any transaction.
 // The switch stays on for the connection's life: whoever owns it reconnects for itself (the pool
 // replaces a connection that is no longer open).
+// Swallows PostgreSQL's warning that a ROLLBACK found no transaction: after a COMMIT that failed
+// (a deferred constraint, a serialization failure) the block is closed already, and the ROLLBACK
+// that follows, sent because the failure might have been the statement before the COMMIT, is no
+// news. Any other notice passes on to the connection's older handlers.
+class QuietNoTransaction final : public pqxx::errorhandler {
+  public:
+    using pqxx::errorhandler::errorhandler;
+    bool operator()(const char message[]) noexcept override {
+        return std::strstr(message, "there is no transaction in progress") == nullptr;
+    }
+};
+
 pqxx::connection_base& WithoutReactivation(pqxx::connection_base& conn) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
@@ -69,7 +83,9 @@ void Transaction::Commit(const std::optional<Statement>& last) {
 
 void Transaction::RollBack() noexcept {
     try {
-        if (work_.conn().is_open()) work_.exec0("ROLLBACK");
+        if (!work_.conn().is_open()) return;
+        const QuietNoTransaction quiet{work_.conn()};
+        work_.exec0("ROLLBACK");
     } catch (...) {  // NOLINT(bugprone-empty-catch): the failure that led here is the one to report
     }
 }

@@ -368,6 +368,33 @@ TEST_CASE("a Transaction's BEGIN rides with its first statement, its last write 
     CHECK(Count(db.Url(), "SELECT count(*) FROM t WHERE k = 'after-loss'") == 0);
 }
 
+TEST_CASE("a COMMIT that fails itself is reported, and the rollback sent after it warns of nothing") {
+    ScratchDatabase db;
+    pqxx::connection conn{db.Url()};
+    pqxx::nontransaction{conn}.exec("CREATE TABLE d (k int, CONSTRAINT d_k UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)");
+    // What PostgreSQL tells the connection besides results (libpqxx prints it to stderr otherwise).
+    struct Notices final : pqxx::errorhandler {
+        using pqxx::errorhandler::errorhandler;
+        std::vector<std::string> seen;
+        bool operator()(const char message[]) noexcept override {
+            seen.emplace_back(message);
+            return false;
+        }
+    } notices{conn};
+    {
+        Transaction tx{conn, std::nullopt};
+        tx.Work().exec("INSERT INTO d VALUES (1)");
+        // The duplicate is found at COMMIT (the constraint is deferred): the COMMIT itself fails.
+        CHECK_THROWS_AS(tx.Commit(Statement{"INSERT INTO d VALUES ($1::int)", {"1"}}), pqxx::unique_violation);
+    }
+    CHECK_MESSAGE(notices.seen.empty(), (notices.seen.empty() ? std::string() : notices.seen.front()));
+    pqxx::work after{conn};  // no block was left open
+    CHECK(after.exec1("SELECT count(*) FROM d")[0].as<int>() == 0);
+    // A notice of another kind still reaches the connection's handlers.
+    after.exec("DO $$ BEGIN RAISE WARNING 'still heard'; END $$");
+    CHECK(notices.seen.size() == 1);
+}
+
 TEST_CASE("a session of sagaflow's own statements plans an array statement once, on an index") {
     ScratchDatabase db;
     MigrateBlocking(db.Url(), BuiltinMigrations());
