@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Where PostgreSQL's CPU goes per saga: one saga benchmark run (closed loop; saga_bench options
 # pass through) on a private PostgreSQL and broker, with `perf record` sampling every PostgreSQL
-# process (cpu-clock, 499 Hz) for SECONDS (rounded up to tens) of the loop, from its 10th second. Prints PostgreSQL's CPU per saga and its
-# samples grouped by what the function does (reading SQL text, starting the executor, reading
-# values, B-trees, heap, WAL, memory, the kernel: switches, sockets, writes), then the hottest
-# functions. Only own time: Debian's server has no frame pointers, so call stacks are not reliable
-# (and DWARF unwinding stalled the server long enough to break the benchmark's connections).
+# process (cpu-clock, 499 Hz) for SECONDS (rounded up to tens) of the loop, from its 10th second.
+# Prints PostgreSQL's CPU per saga and its samples grouped by what the function does (reading SQL
+# text, starting the executor, reading values, B-trees, heap, WAL, memory, the kernel: switches,
+# sockets, writes), then the hottest functions. Own time only: a server built without frame
+# pointers (Debian's) gives call stacks that cannot be trusted.
 #   bench/pg_cpu_profile.sh [BUILD] [SECONDS] [saga_bench options...]   (BUILD: build/release, SECONDS: 20)
 # e.g. bench/pg_cpu_profile.sh build/release 20 --seconds 40 --warmup 20
 # Needs perf with the right to sample other processes (root, or kernel.perf_event_paranoid <= 1).
