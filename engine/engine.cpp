@@ -278,7 +278,7 @@ class Engine::Impl {
     // The participants' groups on the definition's command topics, for the first clock.
     void Follow(const SagaDefinition& definition) {
         for (const auto& step : definition.steps) {
-            progress_->Follow(sagas_->ParticipantGroup(step.participant), step.CommandTopic());
+            progress_->Follow(sagas_->ParticipantGroup(step.participant), step.CommandTopic(), false, step.timeout);
         }
     }
 

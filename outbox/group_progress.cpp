@@ -12,7 +12,6 @@ namespace sagaflow::outbox {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kHistory = std::chrono::minutes(20);  // longer than any wait the engine asks about
 constexpr int kFetchTimeoutMs = 2000;
 constexpr auto kLowsMaxAge = std::chrono::seconds(30);
 
@@ -23,6 +22,7 @@ struct PartitionHistory {
 struct Track {
     std::string group, topic;
     bool caught_up = false;
+    std::chrono::milliseconds horizon{0};  // see Follow
     int partitions = 0;
     Clock::time_point metadata_at{};
     std::vector<PartitionHistory> history;
@@ -41,15 +41,22 @@ std::chrono::milliseconds Ago(Clock::time_point t) {
 
 class GroupProgress::Impl {
   public:
-    Impl(std::string brokers, KafkaProperties properties, std::chrono::milliseconds interval)
-        : brokers_(std::move(brokers)), properties_(std::move(properties)), interval_(interval) {}
+    Impl(std::string brokers,
+         KafkaProperties properties,
+         std::chrono::milliseconds interval,
+         std::chrono::milliseconds min_history)
+        : brokers_(std::move(brokers)),
+          properties_(std::move(properties)),
+          interval_(interval),
+          min_history_(min_history) {}
 
-    void Follow(const std::string& group, const std::string& topic, bool caught_up) {
+    void Follow(const std::string& group, const std::string& topic, bool caught_up, std::chrono::milliseconds horizon) {
         std::lock_guard lock(mutex_);
         auto& track = tracks_[{group, topic}];
         track.group = group;
         track.topic = topic;
         track.caught_up = track.caught_up || caught_up;
+        track.horizon = std::max(track.horizon, horizon);
     }
 
     void Start() {
@@ -208,6 +215,7 @@ class GroupProgress::Impl {
         Track& track = tracks_[key];
         track.history.resize(static_cast<std::size_t>(partitions));
         track.latest.assign(static_cast<std::size_t>(partitions), -1);
+        const auto keep = std::min<Clock::duration>(kMaxHistory, track.horizon + min_history_);
         for (int i = 0; i < list->cnt; ++i) {
             const auto& element = list->elems[i];
             if (element.err != RD_KAFKA_RESP_ERR_NO_ERROR || element.partition < 0 || element.partition >= partitions) {
@@ -224,7 +232,7 @@ class GroupProgress::Impl {
             if (reached < 0) continue;
             auto& history = track.history[p].committed;
             if (history.empty() || history.back().second != reached) history.emplace_back(now, reached);
-            while (history.size() > 1 && now - history.front().first > kHistory) history.pop_front();
+            while (history.size() > 1 && now - history.front().first > keep) history.pop_front();
         }
         if (caught_up) {
             track.watermarks.emplace_back(at, std::move(watermarks));
@@ -283,6 +291,7 @@ class GroupProgress::Impl {
     std::string brokers_;
     KafkaProperties properties_;
     std::chrono::milliseconds interval_;
+    std::chrono::milliseconds min_history_;
     Clock::time_point started_at_{};  // set by Start, before the fetch thread exists
     std::atomic<bool> stopping_{false};
     std::thread thread_;
@@ -293,13 +302,19 @@ class GroupProgress::Impl {
     std::map<std::pair<std::string, std::string>, Track> tracks_;
 };
 
-GroupProgress::GroupProgress(std::string brokers, KafkaProperties properties, std::chrono::milliseconds interval)
-    : impl_(std::make_unique<Impl>(std::move(brokers), std::move(properties), interval)) {}
+GroupProgress::GroupProgress(std::string brokers,
+                             KafkaProperties properties,
+                             std::chrono::milliseconds interval,
+                             std::chrono::milliseconds min_history)
+    : impl_(std::make_unique<Impl>(std::move(brokers), std::move(properties), interval, min_history)) {}
 GroupProgress::~GroupProgress() {
     Stop();
 }
-void GroupProgress::Follow(const std::string& group, const std::string& topic, bool caught_up) {
-    impl_->Follow(group, topic, caught_up);
+void GroupProgress::Follow(const std::string& group,
+                           const std::string& topic,
+                           bool caught_up,
+                           std::chrono::milliseconds horizon) {
+    impl_->Follow(group, topic, caught_up, horizon);
 }
 void GroupProgress::Start() {
     impl_->Start();

@@ -28,16 +28,25 @@ namespace sagaflow::outbox {
 
 class GroupProgress {
   public:
+    // `min_history`: how long the committed offsets seen are kept beyond a group's horizon (below).
     GroupProgress(std::string brokers,
                   KafkaProperties properties,
-                  std::chrono::milliseconds interval = std::chrono::milliseconds(500));
+                  std::chrono::milliseconds interval = std::chrono::milliseconds(500),
+                  std::chrono::milliseconds min_history = std::chrono::minutes(1));
     ~GroupProgress();
     GroupProgress(const GroupProgress&) = delete;
     GroupProgress& operator=(const GroupProgress&) = delete;
 
     // Follows `group` on `topic` (from the next fetch on). `caught_up`: also record the topic's
-    // high watermarks, for CaughtUpAgo.
-    void Follow(const std::string& group, const std::string& topic, bool caught_up = false);
+    // high watermarks, for CaughtUpAgo. `horizon`: how far back CommandRead's "ago" must be exact
+    // (the longest step timeout it is compared with; the largest given counts). Each committed
+    // offset seen is kept for the horizon plus `min_history`, at most kMaxHistory: an answer about
+    // a read older than that may say it was read later than it was, never earlier.
+    static constexpr std::chrono::minutes kMaxHistory{20};
+    void Follow(const std::string& group,
+                const std::string& topic,
+                bool caught_up = false,
+                std::chrono::milliseconds horizon = std::chrono::milliseconds(0));
     void Start();
     void Stop();
 

@@ -103,7 +103,8 @@ bool TimerService::HoldTimeout(pqxx::work& tx,
         unread = "its command is not published yet";
     } else if (clock->partition) {
         const std::string& topic = clock->topic;
-        progress_.load()->Follow(group, topic);  // a definition registered after Start: followed from now on
+        // A definition registered after Start: followed from now on, as far back as this step needs.
+        progress_.load()->Follow(group, topic, false, step->timeout);
         const auto answer = progress_.load()->CommandRead(group, topic, *clock->partition, clock->offset);
         if (answer.read == outbox::GroupProgress::Read::kNo) {
             unread = "its command waits to be read by consumer group " + group;

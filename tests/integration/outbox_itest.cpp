@@ -1154,3 +1154,45 @@ TEST_CASE("a partition where a group has committed nothing counts as read up to 
     CHECK(progress.CommandRead(group, topic, 1, 5).read == Read::kNo);
     progress.Stop();
 }
+
+TEST_CASE("a group's committed offsets are kept as far back as its longest step timeout needs, not longer") {
+    using namespace outbox::detail;
+    using Read = outbox::GroupProgress::Read;
+    const std::string brokers = KafkaBrokers();
+    const std::string topic = UniqueName("horizon");
+    testing::CreateTopic(brokers, topic, 1);
+    const std::string brief = UniqueName("brief-group");      // asked about no step timeout
+    const std::string patient = UniqueName("patient-group");  // asked about a step of 10 s
+    const auto commit = [&](const std::string& group, std::int64_t offset) {
+        auto client = MakeClient(RD_KAFKA_CONSUMER, MakeConf({{"bootstrap.servers", brokers}, {"group.id", group}}));
+        TopicPartitionListPtr offsets{rd_kafka_topic_partition_list_new(1)};
+        rd_kafka_topic_partition_list_add(offsets.get(), topic.c_str(), 0)->offset = offset;
+        REQUIRE(rd_kafka_commit(client.get(), offsets.get(), 0) == RD_KAFKA_RESP_ERR_NO_ERROR);
+        rd_kafka_consumer_close(client.get());
+    };
+    // Offsets seen are kept 1 s beyond a group's horizon.
+    outbox::GroupProgress progress(brokers, {}, std::chrono::milliseconds(100), std::chrono::seconds(1));
+    const auto reached = [&](const std::string& group, std::int64_t offset) {
+        return WaitFor([&] { return progress.CommandRead(group, topic, 0, offset).read == Read::kYes; },
+                       std::chrono::seconds(30));
+    };
+    progress.Follow(brief, topic);
+    progress.Follow(patient, topic, false, std::chrono::seconds(10));
+    for (const auto& group : {brief, patient}) commit(group, 1);
+    progress.Start();
+    REQUIRE(reached(brief, 1));
+    REQUIRE(reached(patient, 1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    for (const auto& group : {brief, patient}) commit(group, 2);
+    REQUIRE(reached(brief, 2));
+    REQUIRE(reached(patient, 2));
+
+    // The first commit was seen over 2.5 s ago: within the patient group's 11 s, its answer is
+    // exact; beyond the brief group's 1 s, it was dropped, and the answer comes from the later
+    // commit — later than the read, never earlier.
+    CHECK(progress.CommandRead(patient, topic, 0, 1).ago >= std::chrono::milliseconds(2500));
+    const auto brief_answer = progress.CommandRead(brief, topic, 0, 1);
+    CHECK(brief_answer.read == Read::kYes);
+    CHECK(brief_answer.ago < std::chrono::milliseconds(1500));
+    progress.Stop();
+}
