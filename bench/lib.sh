@@ -19,3 +19,25 @@ bench_pg_settings() {
     scripts/pg restart "$state" >/dev/null
     scripts/pg url "$state"
 }
+
+# bench_require_saga_build BUILD: stops with the command that builds them unless BUILD holds the saga
+# benchmark's programs.
+bench_require_saga_build() {
+    [[ -x "$1/bench/saga_bench" ]] || sf_die "no $1/bench/saga_bench" \
+        "build it: cmake --preset release && cmake --build --preset release --target saga_bench sagaflow sagaflow-order-service sagaflow-payment-service sagaflow_kafka_probe"
+}
+
+# bench_start_servers PROBE_BUILD [SETTING=VALUE...]: starts a private PostgreSQL with the
+# benchmarks' settings (bench_pg_settings, plus any given) and a private Kafka broker (its probe
+# from PROBE_BUILD), both stopped when the script exits. Sets `url`, `brokers`, and `kafka_state`
+# (the broker's folder: its GC log is `$kafka_state/gc.log`). Call it directly, not in $(...).
+bench_start_servers() {
+    local probe_build=$1
+    shift
+    pg_state=$(mktemp -d)/pg kafka_state=$(mktemp -d)/kafka
+    scripts/pg start "$pg_state" >/dev/null
+    trap 'scripts/pg stop "$pg_state"; [[ -z "${kafka_started:-}" ]] || scripts/kafka/run stop "$kafka_state"' EXIT
+    url=$(bench_pg_settings "$pg_state" "$@")
+    brokers=$(scripts/kafka/run start "$kafka_state" --probe "$probe_build/tests/sagaflow_kafka_probe")
+    kafka_started=1
+}

@@ -20,14 +20,8 @@ shift $(($# < 1 ? $# : 1))
 seconds=${1:-20}
 shift $(($# < 1 ? $# : 1))
 command -v perf >/dev/null || sf_die "perf is not installed" "install it: apt-get install linux-perf"
-[[ -x "$build/bench/saga_bench" ]] || sf_die "no $build/bench/saga_bench" \
-    "build it: cmake --preset release && cmake --build --preset release --target saga_bench sagaflow sagaflow-order-service sagaflow-payment-service sagaflow_kafka_probe"
-state=$(mktemp -d)/pg kstate=$(mktemp -d)/kafka
-url=$(scripts/pg start "$state")
-trap 'scripts/pg stop "$state"; [[ -z "${kstarted:-}" ]] || scripts/kafka/run stop "$kstate"' EXIT
-url=$(bench_pg_settings "$state")
-brokers=$(scripts/kafka/run start "$kstate" --probe "$build/tests/sagaflow_kafka_probe")
-kstarted=1
+bench_require_saga_build "$build"
+bench_start_servers "$build"
 mkdir -p bench/results
 out="bench/results/saga-pgprofile-$(date -u +%Y%m%dT%H%M%SZ).json"
 log=$(mktemp)

@@ -20,12 +20,9 @@ after=${2:?usage: bench/saga_ab.sh BEFORE_BUILD AFTER_BUILD [ROUNDS] [saga_bench
 rounds=${3:-2}
 shift $(($# < 3 ? $# : 3))
 cli_of() { [[ -x "$1/tools/cli/sagaflow" ]] && echo "$1/tools/cli/sagaflow" || echo "$1/engine/cli/sagaflow"; }
-state=$(mktemp -d)/pg kstate=$(mktemp -d)/kafka
-url=$(scripts/pg start "$state")
-trap 'scripts/pg stop "$state"; [[ -z "${kstarted:-}" ]] || scripts/kafka/run stop "$kstate"' EXIT
-url=$(bench_pg_settings "$state")
-brokers=$(scripts/kafka/run start "$kstate" --probe "$after/tests/sagaflow_kafka_probe")
-kstarted=1
+bench_require_saga_build "$before"
+bench_require_saga_build "$after"
+bench_start_servers "$after"
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 for ((round = 1; round <= rounds; round++)); do
     for side in before after; do
@@ -39,7 +36,7 @@ for ((round = 1; round <= rounds; round++)); do
         sf_log "round $round of $rounds: $side ($build)"
         "$build/bench/saga_bench" "${url%/*}/$db" "$brokers" --json "$out" --cli "$(cli_of "$build")" \
             --services-dir "$build/examples/order-payment" --saga sagas/order-payment.yaml \
-            --broker-gc-log "$kstate/gc.log" "$@" "${side_args[@]}" >/dev/null
+            --broker-gc-log "$kafka_state/gc.log" "$@" "${side_args[@]}" >/dev/null
         python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d['servers']; p=d['phases'][0]; \
 print(f\"{sys.argv[2]}: {p['completed_per_second']:.1f} sagas/s, ratio {d['ratio_sagas_per_commit']:.4f}, \
 WAL records/saga {s['postgres_wal_records_per_saga_closed_loop']:.1f}, commits/saga {s['postgres_commits_per_saga_closed_loop']:.2f}\")" \

@@ -16,23 +16,17 @@ source scripts/lib/common.sh
 source bench/lib.sh
 build=${1:-build/release}
 shift $(($# < 1 ? $# : 1))
-[[ -x "$build/bench/saga_bench" ]] || sf_die "no $build/bench/saga_bench" \
-    "build it: cmake --preset release && cmake --build --preset release --target saga_bench sagaflow sagaflow-order-service sagaflow-payment-service sagaflow_kafka_probe"
-state=$(mktemp -d)/pg kstate=$(mktemp -d)/kafka
-url=$(scripts/pg start "$state")
-trap 'scripts/pg stop "$state"; [[ -z "${kstarted:-}" ]] || scripts/kafka/run stop "$kstate"' EXIT
+bench_require_saga_build "$build"
 # As bench/run, plus the statement counters.
-url=$(bench_pg_settings "$state" shared_preload_libraries=pg_stat_statements)
+bench_start_servers "$build" shared_preload_libraries=pg_stat_statements
 psql "$url" -qc "ALTER SYSTEM SET pg_stat_statements.track = 'top'" -c "SELECT pg_reload_conf()" >/dev/null
 psql "$url" -qc "CREATE EXTENSION pg_stat_statements"
-brokers=$(scripts/kafka/run start "$kstate" --probe "$build/tests/sagaflow_kafka_probe")
-kstarted=1
 mkdir -p bench/results
 out="bench/results/saga-statements-$(date -u +%Y%m%dT%H%M%SZ).json"
 log=$(mktemp)
 cli="$build/tools/cli/sagaflow"
 "$build/bench/saga_bench" "$url" "$brokers" --json "$out" --cli "$cli" --services-dir "$build/examples/order-payment" \
-    --saga sagas/order-payment.yaml --broker-gc-log "$kstate/gc.log" "$@" >/dev/null 2>"$log" &
+    --saga sagas/order-payment.yaml --broker-gc-log "$kafka_state/gc.log" "$@" >/dev/null 2>"$log" &
 bench=$!
 wait_line() {
     until grep -q "$1" "$log"; do

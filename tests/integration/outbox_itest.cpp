@@ -138,6 +138,21 @@ void ApplyEffect(pqxx::transaction_base& tx, const outbox::InboundEvent& in) {
         in.event.id);
 }
 
+// Commits `offset` for `group` on `topic`[`partition`], as a consumer of the group that never
+// subscribes would.
+void CommitOffset(const std::string& brokers,
+                  const std::string& group,
+                  const std::string& topic,
+                  int partition,
+                  std::int64_t offset) {
+    using namespace outbox::detail;
+    auto client = MakeClient(RD_KAFKA_CONSUMER, MakeConf({{"bootstrap.servers", brokers}, {"group.id", group}}));
+    TopicPartitionListPtr offsets{rd_kafka_topic_partition_list_new(1)};
+    rd_kafka_topic_partition_list_add(offsets.get(), topic.c_str(), partition)->offset = offset;
+    REQUIRE(rd_kafka_commit(client.get(), offsets.get(), 0) == RD_KAFKA_RESP_ERR_NO_ERROR);
+    rd_kafka_consumer_close(client.get());
+}
+
 }  // namespace
 
 TEST_CASE("50,000 rows from 8 concurrent writers reach the topic once each, in per-key commit order") {
@@ -1119,11 +1134,7 @@ TEST_CASE("a partition where a group has committed nothing counts as read up to 
     // The group commits partition 0 up to its end; nothing on partition 1.
     const std::string group = UniqueName("progress-group");
     const auto commit = [&](int partition, std::int64_t offset) {
-        auto client = MakeClient(RD_KAFKA_CONSUMER, MakeConf({{"bootstrap.servers", brokers}, {"group.id", group}}));
-        TopicPartitionListPtr offsets{rd_kafka_topic_partition_list_new(1)};
-        rd_kafka_topic_partition_list_add(offsets.get(), topic.c_str(), partition)->offset = offset;
-        REQUIRE(rd_kafka_commit(client.get(), offsets.get(), 0) == RD_KAFKA_RESP_ERR_NO_ERROR);
-        rd_kafka_consumer_close(client.get());
+        CommitOffset(brokers, group, topic, partition, offset);
     };
     commit(0, 2);
 
@@ -1164,11 +1175,7 @@ TEST_CASE("a group's committed offsets are kept as far back as its longest step 
     const std::string brief = UniqueName("brief-group");      // asked about no step timeout
     const std::string patient = UniqueName("patient-group");  // asked about a step of 10 s
     const auto commit = [&](const std::string& group, std::int64_t offset) {
-        auto client = MakeClient(RD_KAFKA_CONSUMER, MakeConf({{"bootstrap.servers", brokers}, {"group.id", group}}));
-        TopicPartitionListPtr offsets{rd_kafka_topic_partition_list_new(1)};
-        rd_kafka_topic_partition_list_add(offsets.get(), topic.c_str(), 0)->offset = offset;
-        REQUIRE(rd_kafka_commit(client.get(), offsets.get(), 0) == RD_KAFKA_RESP_ERR_NO_ERROR);
-        rd_kafka_consumer_close(client.get());
+        CommitOffset(brokers, group, topic, 0, offset);
     };
     // Offsets seen are kept 1 s beyond a group's horizon.
     outbox::GroupProgress progress(brokers, {}, std::chrono::milliseconds(100), std::chrono::seconds(1));
