@@ -4,8 +4,9 @@
 # process (cpu-clock, 499 Hz) for SECONDS (rounded up to tens) of the loop, from its 10th second.
 # Prints PostgreSQL's CPU per saga and its samples grouped by what the function does (reading SQL
 # text, starting the executor, reading values, B-trees, heap, WAL, memory, the kernel: switches,
-# sockets, writes), then the hottest functions. Own time only: a server built without frame
-# pointers (Debian's) gives call stacks that cannot be trusted.
+# sockets, writes), then the hottest functions. Own time only: some of the server's functions keep
+# no frame pointer (Debian's build: e.g. _bt_compare), so its call chains break and time under a
+# function cannot be summed.
 #   bench/pg_cpu_profile.sh [BUILD] [SECONDS] [saga_bench options...]   (BUILD: build/release, SECONDS: 20)
 # e.g. bench/pg_cpu_profile.sh build/release 20 --seconds 40 --warmup 20
 # Needs perf with the right to sample other processes (root, or kernel.perf_event_paranoid <= 1).
