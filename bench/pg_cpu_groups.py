@@ -56,7 +56,6 @@ RULES = [(name, re.compile(pattern)) for name, pattern in GROUPS]
 def main():
     sagas, hz = int(sys.argv[1]), float(sys.argv[2])
     groups, functions = collections.Counter(), collections.Counter()
-    total = 0
     for line in sys.stdin:
         # "IP SYMBOL (DSO)", one line per sample (recorded without call chains).
         m = re.match(r"^\s*[0-9a-f]+\s+(.*?)\s+\((.*)\)\s*$", line)
@@ -77,7 +76,7 @@ def main():
                     break
         groups[name] += 1
         functions[symbol + "  (" + dso.rsplit("/", 1)[-1] + ")"] += 1
-        total += 1
+    total = sum(groups.values())
     if total == 0:
         sys.exit("no samples: is perf allowed to sample PostgreSQL's processes?")
     cpu_ms = total / hz * 1000
