@@ -12,11 +12,6 @@ namespace sagaflow::store {
 
 namespace {
 
-// libpqxx 6.4 reconnects a lost connection at the next statement unless told not to. Inside a
-// block it opened itself (pqxx::work) it never does; a block opened in plain SQL needs the switch,
-// or a statement after a lost connection would run on a new session, outside any transaction.
-// The switch stays on for the connection's life: whoever owns it reconnects for itself (the pool
-// replaces a connection that is no longer open).
 // Swallows PostgreSQL's warning that a ROLLBACK found no transaction: after a COMMIT that failed
 // (a deferred constraint, a serialization failure) the block is closed already, and the ROLLBACK
 // that follows, sent because the failure might have been the statement before the COMMIT, is no
@@ -29,6 +24,11 @@ class QuietNoTransaction final : public pqxx::errorhandler {
     }
 };
 
+// libpqxx 6.4 reconnects a lost connection at the next statement unless told not to. Inside a
+// block it opened itself (pqxx::work) it never does; a block opened in plain SQL needs the switch,
+// or a statement after a lost connection would run on a new session, outside any transaction.
+// The switch stays on for the connection's life: whoever owns it reconnects for itself (the pool
+// replaces a connection that is no longer open).
 pqxx::connection_base& WithoutReactivation(pqxx::connection_base& conn) {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
