@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/detail/yaml_reader.hpp"
+#include "core/text_scan.hpp"
 #include "outbox/kafka.hpp"
 #include "store/url.hpp"
 
@@ -552,7 +553,7 @@ ConfigKey BoolKey(std::string_view section,
 }
 
 struct Pattern {
-    const std::regex* regex = nullptr;
+    bool (*valid)(std::string_view) = nullptr;
     std::string_view hint;
 };
 
@@ -571,7 +572,7 @@ ConfigKey StringKey(std::string_view section,
             std::move(fallback),
             std::move(sets),
             [=](ConfigReader& r, const YamlFields& f, Config& c) {
-                if (auto v = r.String(f, name, std::string(section), {}, false, pattern.regex, pattern.hint)) {
+                if (auto v = r.String(f, name, std::string(section), {}, false, pattern.valid, pattern.hint)) {
                     set(c, std::move(*v));
                 }
             },
@@ -587,9 +588,9 @@ void ShowMap(YAML::Emitter& out, const std::map<std::string, std::string>& map, 
 }
 
 const std::vector<ConfigKey>& Keys() {
-    static const std::regex kTopic{"[A-Za-z0-9._-]{1,249}"};
-    static const std::regex kName{"[a-z][a-z0-9-]{0,62}"};
-    static const std::regex kSchema{"[a-z_][a-z0-9_]{0,62}"};
+    constexpr auto kTopic = &text::IsTopicName;
+    constexpr auto kName = [](std::string_view s) { return text::IsKebabName(s); };
+    constexpr auto kSchema = &text::IsSqlName;
     using C = Config;
     static const std::vector<ConfigKey> kKeys{
         // db
@@ -644,7 +645,7 @@ const std::vector<ConfigKey>& Keys() {
             "`replies_topic`",
             [](C& c, std::string v) { c.engine.replies_topic = c.participant.replies_topic = std::move(v); },
             [](const C& c) { return c.engine.replies_topic; },
-            {&kTopic, "letters, digits, '.', '_', '-'"}),
+            {kTopic, "letters, digits, '.', '_', '-'"}),
         IntegerKey(
             "kafka",
             "topic_partitions",
@@ -787,8 +788,8 @@ const std::vector<ConfigKey>& Keys() {
              if (listen && !ParseListen(*listen, c.engine.http)) {
                  r.Error(r.MarkOf(f.at("listen")),
                          "http.listen",
-                         "expected ADDRESS:PORT (e.g. 0.0.0.0:8080, [::1]:8080; port 0: any free port), found '" +
-                             *listen + "'");
+                         "expected ADDRESS:PORT (e.g. 0.0.0.0:8080, [::1]:8080; port 0: any free port), found " +
+                             text::Quote(*listen));
              }
          },
          [](YAML::Emitter& out, const C& c) {
@@ -821,6 +822,14 @@ const std::vector<ConfigKey>& Keys() {
             "`HttpConfig::max_body_bytes`",
             [](C& c, long long n) { c.engine.http.max_body_bytes = static_cast<std::size_t>(n); },
             [](const C& c) { return static_cast<long long>(c.engine.http.max_body_bytes); }),
+        IntegerKey(
+            "http",
+            "max_json_depth",
+            2,
+            1000,
+            "`HttpConfig::max_json_depth`: arrays and objects nested deeper in a body are refused with 400",
+            [](C& c, long long n) { c.engine.http.max_json_depth = static_cast<int>(n); },
+            [](const C& c) { return c.engine.http.max_json_depth; }),
         IntegerKey(
             "http",
             "max_header_bytes",
@@ -879,7 +888,7 @@ const std::vector<ConfigKey>& Keys() {
             "`ParticipantConfig::name`",
             [](C& c, std::string v) { c.participant.name = std::move(v); },
             [](const C& c) { return c.participant.name; },
-            {&kName, "lowercase letters, digits and '-', as the definitions' participant:"}),
+            {kName, "lowercase letters, digits and '-', as the definitions' participant:"}),
         StringKey(
             "participant",
             "schema",
@@ -888,7 +897,7 @@ const std::vector<ConfigKey>& Keys() {
             "`ParticipantConfig::schema`",
             [](C& c, std::string v) { c.participant.schema = std::move(v); },
             [](const C& c) { return c.participant.schema; },
-            {&kSchema, "a lowercase SQL identifier (letters, digits, '_')"}),
+            {kSchema, "a lowercase SQL identifier (letters, digits, '_')"}),
         StringKey(
             "participant",
             "consumer_group",
@@ -947,14 +956,23 @@ ConfigResult ConfigReader::Run(std::string_view text) {
 }  // namespace
 
 bool ParseListen(std::string_view text, HttpConfig& http) {
-    static const std::regex kListen{R"((\[[0-9A-Fa-f:.]+\]|[^:\[\]]+):([0-9]{1,5}))"};
-    std::match_results<std::string_view::const_iterator> match;
-    if (!std::regex_match(text.begin(), text.end(), match, kListen) || std::stoi(match[2].str()) > 65535) return false;
-    std::string address = match[1].str();
-    if (address.front() == '[') address = address.substr(1, address.size() - 2);
+    // ADDRESS:PORT or [IPv6]:PORT; the address has no ':', '[' or ']' unless it is bracketed.
+    const auto colon = text.rfind(':');
+    if (colon == std::string_view::npos || !text::IsDigits(text.substr(colon + 1), 5)) return false;
+    const int port = std::stoi(std::string(text.substr(colon + 1)));
+    std::string_view address = text.substr(0, colon);
+    if (port > 65535 || address.empty() || address.size() > 255) return false;  // DNS names end at 253
+    if (address.front() == '[') {
+        if (address.size() < 3 || address.back() != ']') return false;
+        address = address.substr(1, address.size() - 2);
+        const auto ipv6 = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) || c == ':' || c == '.'; };
+        if (!std::all_of(address.begin(), address.end(), ipv6)) return false;
+    } else if (address.find_first_of(":[]") != std::string_view::npos) {
+        return false;
+    }
     http.enabled = true;
-    http.address = address;
-    http.port = std::stoi(match[2].str());
+    http.address = std::string(address);
+    http.port = port;
     return true;
 }
 

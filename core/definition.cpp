@@ -1,8 +1,10 @@
 #include "core/definition.hpp"
 
+#include "core/text_scan.hpp"
+
 #include <algorithm>
 #include <cmath>
-#include <regex>
+#include <cstdint>
 
 namespace sagaflow {
 
@@ -131,8 +133,7 @@ const StepDefinition* SagaDefinition::FindStep(std::string_view step_name) const
 namespace {
 
 bool IsDecimal(const std::string& text) {
-    static const std::regex kDecimal{R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?)"};
-    return text.size() <= 64 && std::regex_match(text, kDecimal);
+    return text::IsDecimal(text);
 }
 
 void ValidateField(const FieldSchema& field,
@@ -145,7 +146,13 @@ void ValidateField(const FieldSchema& field,
             if (!value.is_string()) fail("must be a string");
             break;
         case FieldType::kInteger:
-            if (!value.is_number_integer()) fail("must be an integer");
+            if (!value.is_number_integer()) {
+                fail("must be an integer");
+            } else if (value.is_number_unsigned() &&
+                       value.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+                // Participants store integers as 64-bit signed numbers: 2^64-1 would become -1.
+                fail("must be an integer from -9223372036854775808 to 9223372036854775807");
+            }
             break;
         case FieldType::kDecimal:
             if (!value.is_string() || !IsDecimal(value.get<std::string>())) {
@@ -176,7 +183,8 @@ void ValidateField(const FieldSchema& field,
                 const std::string& key = item.key();
                 const bool known = std::any_of(
                     field.properties.begin(), field.properties.end(), [&](const auto& p) { return p.name == key; });
-                if (!known) errors.push_back({path + "." + key, "is not a field of this saga's input"});
+                if (!known)
+                    errors.push_back({path + "." + text::Quote(key, 64, false), "is not a field of this saga's input"});
             }
             break;
         }

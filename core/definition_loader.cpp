@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
 #include "core/canonical.hpp"
 #include "core/detail/yaml_reader.hpp"
+#include "core/text_scan.hpp"
 
 namespace sagaflow {
 
@@ -37,21 +37,15 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr int kMaxSchemaDepth = 8;
+// Fields in the whole input schema, each use of a YAML alias counted again: 10 aliased fields per
+// level over 8 levels would otherwise be 10^8 fields.
+constexpr int kMaxSchemaFields = 1000;
 constexpr int kMaxTemplateDepth = 16;
 constexpr int kMaxTemplateNodes = 4096;  // per template; aliases cannot blow it up
 
 // Names appear in URLs, topic names and SQL rows: keep them to a safe, readable alphabet.
-const std::regex& NamePattern() {
-    static const std::regex kName{"[a-z][a-z0-9-]{0,62}"};
-    return kName;
-}
-const std::regex& CommandPattern() {
-    static const std::regex kCommand{"[A-Za-z][A-Za-z0-9_]{0,62}(\\.v[0-9]+)?"};
-    return kCommand;
-}
-const std::regex& FieldPattern() {
-    static const std::regex kField{"[A-Za-z_][A-Za-z0-9_]{0,62}"};
-    return kField;
+bool ValidName(std::string_view s) {
+    return text::IsKebabName(s);
 }
 
 using detail::FormatDuration;
@@ -101,6 +95,7 @@ class Loader : public detail::YamlReader {
                    bool in_compensation);
     void CheckSafety(const SagaDefinition& saga);
 
+    int schema_fields_left_ = kMaxSchemaFields;
     std::vector<YAML::Mark> step_marks_;
     std::vector<bool> checkable_;
     // Per step: the mark of every path expression in its send/save/compensation, for references.
@@ -169,9 +164,18 @@ std::vector<FieldSchema> Loader::ReadSchema(const Entry& entry, const std::strin
     std::set<std::string> seen;
     for (auto it = entry.value.begin(); it != entry.value.end(); ++it) {
         const YAML::Node key = it->first;
-        if (!key.IsScalar() || !std::regex_match(key.Scalar(), FieldPattern())) {
+        if (!key.IsScalar() || !text::IsFieldName(key.Scalar())) {
             Error(key.Mark(), path, "a field name is a letter or '_' followed by letters, digits or '_'");
             continue;
+        }
+        if (schema_fields_left_-- <= 0) {
+            if (schema_fields_left_ == -1) {
+                Error(key.Mark(),
+                      path,
+                      "the input schema has more than " + std::to_string(kMaxSchemaFields) +
+                          " fields (each use of a YAML alias counts again); split the saga's input");
+            }
+            return out;
         }
         const std::string field_path = Join(path, key.Scalar());
         if (!seen.insert(key.Scalar()).second) {
@@ -206,7 +210,7 @@ std::optional<FieldSchema> Loader::ReadField(const std::string& name,
             "string", "integer", "decimal", "boolean", "object", "array"};
         Error(MarkOf(fields->at("type")),
               Join(path, "type"),
-              "unknown type '" + *type_text + "'" + Suggest(*type_text, kTypeNames) +
+              "unknown type " + text::Quote(*type_text) + Suggest(*type_text, kTypeNames) +
                   "; allowed: string, integer, decimal, boolean, object, array");
         return std::nullopt;
     }
@@ -217,7 +221,7 @@ std::optional<FieldSchema> Loader::ReadField(const std::string& name,
         if (text == "true" || text == "false") {
             field.required = text == "true";
         } else {
-            Error(MarkOf(it->second), Join(path, "required"), "expected true or false, found '" + text + "'");
+            Error(MarkOf(it->second), Join(path, "required"), "expected true or false, found " + text::Quote(text));
         }
     }
     if (auto description = String(*fields, "description", path, MarkOf(entry), false)) {
@@ -387,11 +391,11 @@ std::optional<CommandSpec> Loader::ReadCompensation(const Entry& entry,
                 s->second.value, Join(path, "send"), expressions_.back(), kRoleCompensation, 0, collect_budget);
         }
     }
-    if (!std::regex_match(spec.type, CommandPattern())) {
+    if (!text::IsCommandType(spec.type)) {
         Error(MarkOf(entry),
               path,
-              "'" + spec.type +
-                  "' is not a valid command type: letters, digits and '_', optionally '.v<N>' "
+              text::Quote(spec.type) +
+                  " is not a valid command type: letters, digits and '_', optionally '.v<N>' "
                   "(e.g. RefundPayment.v1)");
         return std::nullopt;
     }
@@ -411,7 +415,8 @@ bool Loader::ReadKind(const Fields& fields, const std::string& path, const YAML:
         static const std::vector<std::string_view> kKinds{"compensatable", "pivot", "retriable"};
         Error(MarkOf(fields.at("kind")),
               Join(path, "kind"),
-              "unknown kind '" + *kind + "'" + Suggest(*kind, kKinds) + "; allowed: compensatable, pivot, retriable");
+              "unknown kind " + text::Quote(*kind) + Suggest(*kind, kKinds) +
+                  "; allowed: compensatable, pivot, retriable");
         return false;
     }
     return true;
@@ -449,7 +454,7 @@ bool Loader::ReadSave(const Fields& fields, const std::string& path, StepDefinit
     bool ok = true;
     for (auto it = s->second.value.begin(); it != s->second.value.end(); ++it) {
         const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
-        if (!std::regex_match(key, FieldPattern())) {
+        if (!text::IsFieldName(key)) {
             Error(it->first.Mark(), save_path, "a data key is a letter or '_' followed by letters, digits or '_'");
             ok = false;
             continue;
@@ -484,14 +489,14 @@ void Loader::ReadStep(const YAML::Node& node, const std::string& path, SagaDefin
     if (fields) {
         const YAML::Mark mark = node.Mark();
         constexpr std::string_view kNameHint = "lowercase letters, digits and '-', starting with a letter";
-        auto name = String(*fields, "name", path, mark, true, &NamePattern(), kNameHint);
-        auto participant = String(*fields, "participant", path, mark, true, &NamePattern(), kNameHint);
+        auto name = String(*fields, "name", path, mark, true, &ValidName, kNameHint);
+        auto participant = String(*fields, "participant", path, mark, true, &ValidName, kNameHint);
         auto command = String(*fields,
                               "command",
                               path,
                               mark,
                               true,
-                              &CommandPattern(),
+                              &text::IsCommandType,
                               "letters, digits and '_', optionally '.v<N>' (e.g. ChargePayment.v1)");
         ok = name && participant && command;
         if (name) step.name = *name;
@@ -529,10 +534,9 @@ void Loader::CheckPath(const std::string& expression,
     for (std::string segment; std::getline(in, segment, '.');) {
         segments.push_back(segment);
     }
-    static const std::regex kSegment{"[A-Za-z0-9_-]+"};
     if (segments.empty() || expression.back() == '.' ||
-        std::any_of(segments.begin(), segments.end(), [](const auto& s) { return !std::regex_match(s, kSegment); })) {
-        Error(mark, path, "malformed path '" + expression + "': segments are names joined by '.'");
+        std::any_of(segments.begin(), segments.end(), [](const auto& s) { return !text::IsPathSegment(s); })) {
+        Error(mark, path, "malformed path " + text::Quote(expression) + ": segments are names joined by '.'");
         return;
     }
     const std::string& root = segments[0];
@@ -555,7 +559,7 @@ void Loader::CheckPath(const std::string& expression,
                 for (const auto& f : *fields) names.push_back(f.name);
                 Error(mark,
                       path,
-                      "'" + expression + "' refers to unknown input field '" + segments[i] + "'" +
+                      text::Quote(expression) + " refers to unknown input field " + text::Quote(segments[i]) +
                           Suggest(segments[i], names));
                 return;
             }
@@ -575,8 +579,8 @@ void Loader::CheckPath(const std::string& expression,
         if (std::find(saved.begin(), saved.end(), segments[1]) == saved.end()) {
             Error(mark,
                   path,
-                  "'" + expression + "' refers to data key '" + segments[1] + "' that no earlier step saves" +
-                      Suggest(segments[1], saved));
+                  text::Quote(expression) + " refers to data key " + text::Quote(segments[1]) +
+                      " that no earlier step saves" + Suggest(segments[1], saved));
         }
         return;
     }
@@ -593,19 +597,21 @@ void Loader::CheckPath(const std::string& expression,
             if (saga.steps[i].name == target) index = i;
         }
         if (index == saga.steps.size()) {
-            Error(mark, path, "'" + expression + "' refers to unknown step '" + target + "'" + Suggest(target, names));
+            Error(mark,
+                  path,
+                  text::Quote(expression) + " refers to unknown step " + text::Quote(target) + Suggest(target, names));
         } else if (index > step_index || (index == step_index && !in_compensation)) {
             Error(mark,
                   path,
-                  "'" + expression + "' refers to step '" + target + "', which has not run yet when step '" +
-                      saga.steps[step_index].name + "' sends its command");
+                  text::Quote(expression) + " refers to step " + text::Quote(target) +
+                      ", which has not run yet when step '" + saga.steps[step_index].name + "' sends its command");
         }
         return;
     }
     static const std::vector<std::string_view> kRoots{"sagaId", "sagaType", "input", "data", "steps"};
     Error(mark,
           path,
-          "'" + expression + "' starts with unknown root '" + root + "'" + Suggest(root, kRoots) +
+          text::Quote(expression) + " starts with unknown root " + text::Quote(root) + Suggest(root, kRoots) +
               "; paths start with $.sagaId, $.input, $.data or $.steps");
 }
 
@@ -710,7 +716,7 @@ LoadResult Loader::Run(std::string_view text) {
                            "",
                            root.Mark(),
                            true,
-                           &NamePattern(),
+                           &ValidName,
                            "lowercase letters, digits and '-', starting with a letter (it appears in URLs)")) {
         saga.name = *name;
     }

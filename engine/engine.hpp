@@ -51,6 +51,7 @@ struct HttpConfig {
     int max_connections = 256;
     std::size_t max_body_bytes = 1 << 20;
     std::size_t max_header_bytes = 16 << 10;
+    int max_json_depth = 64;                 // arrays and objects nested in a body; deeper is refused with 400
     std::chrono::seconds io_timeout{30};     // a slow client is cut off after this
     std::chrono::hours idempotency_ttl{48};  // 24..72 h (rule R-DIST-IDEM-5)
     // Bearer tokens -> client name. Empty: no authentication. A client whose name starts with

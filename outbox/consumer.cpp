@@ -9,6 +9,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/text_scan.hpp"
 #include "outbox/detail/rdkafka.hpp"
 #include "outbox/membership.hpp"
 #include "store/errors.hpp"
@@ -322,7 +323,7 @@ class Consumer::Impl {
                 if (store::IsTransientDatabaseError(e)) throw;  // the database's fault, not a record's: Stall
                 spdlog::warn("consumer {}: batch transaction failed ({}); retrying record by record",
                              options_.group_id,
-                             e.what());
+                             text::Quote(e.what(), 300, false));
             }
             break;
         }
@@ -497,7 +498,7 @@ class Consumer::Impl {
         }
         static_cast<void>(headers.release());
         ++unflushed_dead_letters_;
-        spdlog::warn("consumer {}: moving {} to {}: {}", options_.group_id, where, topic, reason);
+        spdlog::warn("consumer {}: moving {} to {}: {}", options_.group_id, where, topic, text::EscapeControl(reason));
     }
 
     // The batch's offsets may move only once the broker holds its dead letters; otherwise the

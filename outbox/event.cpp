@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "core/bounded_json.hpp"
+#include "core/text_scan.hpp"
 #include "store/inbox.hpp"
 
 namespace sagaflow::outbox {
@@ -83,34 +85,39 @@ std::optional<CloudEvent> ParseBinary(std::string_view value,
         return it == headers.end() ? std::string() : it->second;
     };
     if (header("specversion") != "1.0") {
-        reason = "binary-mode CloudEvent: ce_specversion is '" + header("specversion") + "', not \"1.0\"";
+        reason = "binary-mode CloudEvent: ce_specversion is " + text::Quote(header("specversion")) + ", not \"1.0\"";
         return std::nullopt;
     }
     if (content_type && !IsJsonMediaType(MediaType(*content_type))) {
-        reason = "binary-mode CloudEvent with data of content-type '" + *content_type +
-                 "': sagaflow reads JSON data (content-type application/json)";
+        reason = "binary-mode CloudEvent with data of content-type " + text::Quote(*content_type) +
+                 ": sagaflow reads JSON data (content-type application/json)";
         return std::nullopt;
     }
     auto event = ReadAttributes(header, reason);
     if (!event) return std::nullopt;
     if (value.empty()) return event;  // no data: an empty object
-    auto data = nlohmann::json::parse(value.begin(), value.end(), nullptr, false);
-    if (data.is_discarded()) {
-        reason = "binary-mode CloudEvent whose data (the record value) is not JSON";
+    JsonRefusal refusal;
+    auto data = ReadJson(value, refusal);
+    if (!data) {
+        reason = refusal.kind == JsonRefusal::Kind::kSyntax
+                     ? "binary-mode CloudEvent whose data (the record value) is not JSON"
+                     : "binary-mode CloudEvent whose data (the record value) is refused: " + refusal.message;
         return std::nullopt;
     }
-    event->data = std::move(data);
+    event->data = std::move(*data);
     return event;
 }
 
 }  // namespace
 
 std::optional<CloudEvent> ParseCloudEvent(std::string_view value, std::string& reason) {
-    const auto json = nlohmann::json::parse(value.begin(), value.end(), nullptr, false);
-    if (json.is_discarded()) {
-        reason = "not JSON";
+    JsonRefusal refusal;
+    auto parsed = ReadJson(value, refusal);
+    if (!parsed) {
+        reason = refusal.kind == JsonRefusal::Kind::kSyntax ? "not JSON" : "refused: " + refusal.message;
         return std::nullopt;
     }
+    auto& json = *parsed;
     if (!json.is_object()) {
         reason = "not a JSON object";
         return std::nullopt;
@@ -125,7 +132,7 @@ std::optional<CloudEvent> ParseCloudEvent(std::string_view value, std::string& r
     }
     auto event = ReadAttributes(text, reason);
     if (!event) return std::nullopt;
-    if (const auto it = json.find("data"); it != json.end()) event->data = *it;
+    if (const auto it = json.find("data"); it != json.end()) event->data = std::move(*it);
     return event;
 }
 
@@ -135,16 +142,16 @@ std::optional<CloudEvent> ParseKafkaRecord(std::string_view value, const RecordH
     const std::string media = content_type ? MediaType(*content_type) : std::string();
     if (media.rfind("application/cloudevents", 0) == 0) {
         if (media != kCloudEventsContentType) {
-            reason = "structured-mode CloudEvent in format '" + *content_type +
-                     "': sagaflow reads application/cloudevents+json";
+            reason = "structured-mode CloudEvent in format " + text::Quote(*content_type) +
+                     ": sagaflow reads application/cloudevents+json";
             return std::nullopt;
         }
         return ParseCloudEvent(value, reason);
     }
     if (headers.count("ce_specversion") != 0) return ParseBinary(value, headers, content_type, reason);
     if (content_type && !IsJsonMediaType(media)) {
-        reason = "not a CloudEvent: content-type '" + *content_type +
-                 "' and no ce_specversion header; send structured mode (content-type "
+        reason = "not a CloudEvent: content-type " + text::Quote(*content_type) +
+                 " and no ce_specversion header; send structured mode (content-type "
                  "application/cloudevents+json) or binary mode (ce_* headers, JSON data)";
         return std::nullopt;
     }

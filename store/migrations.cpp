@@ -4,9 +4,9 @@
 #include <fstream>
 #include <map>
 #include <pqxx/pqxx>
-#include <regex>
 
 #include "core/sha256.hpp"
+#include "core/text_scan.hpp"
 #include "store/pool.hpp"
 
 namespace sagaflow::store {
@@ -30,15 +30,22 @@ void CheckSequence(const std::vector<Migration>& migrations) {
 }  // namespace
 
 std::vector<Migration> MigrationsFromDir(const std::filesystem::path& dir) {
-    static const std::regex kName{R"(([0-9]{3})_[a-z0-9_]+\.sql)"};
+    // NNN_lowercase_words.sql
+    const auto migration_name = [](const std::string& name) {
+        const auto stem = std::string_view(name).substr(0, name.size() < 4 ? 0 : name.size() - 4);
+        return name.size() > 8 && name.compare(name.size() - 4, 4, ".sql") == 0 &&
+               text::IsDigits(stem.substr(0, 3), 3) && stem[3] == '_' &&
+               std::all_of(stem.begin() + 4, stem.end(), [](char c) {
+                   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+               });
+    };
     std::vector<Migration> out;
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
         const std::string name = entry.path().filename().string();
-        std::smatch match;
-        if (!entry.is_regular_file() || !std::regex_match(name, match, kName)) continue;
+        if (!entry.is_regular_file() || !migration_name(name)) continue;
         std::ifstream in(entry.path(), std::ios::binary);
         std::string sql((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        out.push_back({std::stoi(match[1].str()), name, std::move(sql)});
+        out.push_back({std::stoi(name.substr(0, 3)), name, std::move(sql)});
     }
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.version < b.version; });
     CheckSequence(out);
@@ -57,8 +64,7 @@ void CreateSearchPathSchema(pqxx::work& tx) {
     std::string first = path.substr(0, path.find(','));
     first.erase(0, first.find_first_not_of(" \""));
     first.erase(first.find_last_not_of(" \"") + 1);
-    static const std::regex kPlain{"[a-z_][a-z0-9_]{0,62}"};
-    if (!std::regex_match(first, kPlain)) {
+    if (!text::IsSqlName(first)) {
         throw MigrationError("the connection's search_path (" + path +
                              ") names no schema that exists. Hint: create the schema first, or name a plain "
                              "lowercase one in the URL (options=-csearch_path%3Dpayments) for migrate to create");

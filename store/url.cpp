@@ -1,17 +1,41 @@
 #include "store/url.hpp"
 
-#include <regex>
+#include <algorithm>
+#include <cctype>
 
 namespace sagaflow::store {
 namespace {
 
 std::string PasswordOf(std::string_view url) {
-    static const std::regex kUri{R"(^[a-z]+://[^:/@]*:([^@]*)@)"};
-    static const std::regex kKeyword{R"((^|[\s?&])password\s*=\s*('([^']*)'|([^\s&]*)))"};
-    std::match_results<std::string_view::const_iterator> match;
-    if (std::regex_search(url.begin(), url.end(), match, kUri)) return match[1].str();
-    if (std::regex_search(url.begin(), url.end(), match, kKeyword)) {
-        return match[3].matched ? match[3].str() : match[4].str();
+    // URI form: scheme://user:PASSWORD@host...
+    if (const auto scheme = url.find("://"); scheme != std::string_view::npos && scheme > 0 &&
+                                             std::all_of(url.begin(),
+                                                         url.begin() + static_cast<std::ptrdiff_t>(scheme),
+                                                         [](char c) { return c >= 'a' && c <= 'z'; })) {
+        const auto rest = url.substr(scheme + 3);
+        const auto user_end = rest.find_first_of(":/@");
+        const auto at = rest.find('@');
+        if (user_end != std::string_view::npos && rest[user_end] == ':' && at != std::string_view::npos &&
+            at > user_end) {
+            return std::string(rest.substr(user_end + 1, at - user_end - 1));
+        }
+    }
+    // Keyword form, or a URI's query: password=VALUE or password='VALUE', after a space, '?' or '&'.
+    const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+    for (std::size_t at = url.find("password"); at != std::string_view::npos; at = url.find("password", at + 1)) {
+        if (at > 0 && !space(url[at - 1]) && url[at - 1] != '?' && url[at - 1] != '&') continue;
+        std::size_t i = at + 8;
+        while (i < url.size() && space(url[i])) ++i;
+        if (i == url.size() || url[i] != '=') continue;
+        ++i;
+        while (i < url.size() && space(url[i])) ++i;
+        if (i < url.size() && url[i] == '\'') {
+            const auto close = url.find('\'', i + 1);
+            if (close != std::string_view::npos) return std::string(url.substr(i + 1, close - i - 1));
+        }
+        std::size_t end = i;
+        while (end < url.size() && !space(url[end]) && url[end] != '&') ++end;
+        return std::string(url.substr(i, end - i));
     }
     return {};
 }

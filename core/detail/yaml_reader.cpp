@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/text_scan.hpp"
+
 namespace sagaflow::detail {
 
 using std::chrono::milliseconds;
@@ -48,7 +50,10 @@ std::string_view KindOfNode(const YAML::Node& node) {
 }
 
 std::string Join(const std::string& path, std::string_view key) {
-    return path.empty() ? std::string(key) : path + "." + std::string(key);
+    // A key is echoed in every message under it: a long or hostile one is cut and escaped.
+    const std::string shown =
+        key.size() <= 64 && text::EscapeControl(key) == key ? std::string(key) : text::Quote(key, 64, false);
+    return path.empty() ? shown : path + "." + shown;
 }
 
 namespace {
@@ -247,13 +252,13 @@ std::optional<YamlFields> YamlReader::Map(const YAML::Node& node,
             for (const auto& a : allowed) known += (known.empty() ? "" : ", ") + std::string(a);
             Error(key.Mark(),
                   Join(path, name),
-                  "unknown key '" + name + "'" + Suggest(name, allowed) + "; allowed here: " + known);
+                  "unknown key " + text::Quote(name) + Suggest(name, allowed) + "; allowed here: " + known);
             continue;
         }
         if (const auto previous = fields.find(name); previous != fields.end()) {
             Error(key.Mark(),
                   Join(path, name),
-                  "duplicate key '" + name + "' (first at line " +
+                  "duplicate key " + text::Quote(name) + " (first at line " +
                       std::to_string(previous->second.key.Mark().line + 1) + ")");
             continue;
         }
@@ -284,7 +289,7 @@ std::optional<std::string> YamlReader::String(const YamlFields& fields,
                                               const std::string& path,
                                               const YAML::Mark& parent,
                                               bool required,
-                                              const std::regex* pattern,
+                                              bool (*valid)(std::string_view),
                                               std::string_view pattern_hint) {
     const std::string here = Join(path, key);
     if (required && fields.count(std::string(key)) == 0) {
@@ -294,8 +299,8 @@ std::optional<std::string> YamlReader::String(const YamlFields& fields,
     const YamlEntry* entry = ScalarAt(fields, key, here, "a string");
     if (entry == nullptr) return std::nullopt;
     std::string value = entry->value.Scalar();
-    if (pattern != nullptr && !std::regex_match(value, *pattern)) {
-        Error(MarkOf(*entry), here, "'" + value + "' is not a valid name: " + std::string(pattern_hint));
+    if (valid != nullptr && !valid(value)) {
+        Error(MarkOf(*entry), here, text::Quote(value) + " is not a valid name: " + std::string(pattern_hint));
         return std::nullopt;
     }
     return value;
@@ -310,7 +315,7 @@ std::optional<long long> YamlReader::Integer(
     long long value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size()) {
-        Error(MarkOf(*entry), here, "expected an integer, found '" + text + "'");
+        Error(MarkOf(*entry), here, "expected an integer, found " + text::Quote(text));
         return std::nullopt;
     }
     if (value < min || value > max) {
@@ -332,13 +337,13 @@ std::optional<double> YamlReader::Number(
     double value = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || end != text.data() + text.size()) {
-        Error(MarkOf(*entry), here, "expected a number, found '" + text + "'");
+        Error(MarkOf(*entry), here, "expected a number, found " + text::Quote(text));
         return std::nullopt;
     }
     if (!(value >= min && value <= max)) {
         std::ostringstream range;
         range << min << " to " << max;
-        Error(MarkOf(*entry), here, "'" + text + "' is out of range: allowed " + range.str());
+        Error(MarkOf(*entry), here, text::Quote(text) + " is out of range: allowed " + range.str());
         return std::nullopt;
     }
     return value;
@@ -358,18 +363,15 @@ std::optional<milliseconds> YamlReader::Duration(
     const YamlEntry* entry = ScalarAt(fields, key, here, "a duration such as 30s");
     if (entry == nullptr) return std::nullopt;
     const std::string& text = entry->value.Scalar();
-    static const std::regex kDuration{"([0-9]{1,9})(ms|s|m|h)"};
-    std::smatch match;
-    if (!std::regex_match(text, match, kDuration)) {
+    const auto parsed = text::ParseDurationMs(text);
+    if (!parsed) {
         Error(MarkOf(*entry),
               here,
-              "invalid duration '" + text + "': write a whole number with a unit ms, s, m or h (e.g. 30s, 500ms)");
+              "invalid duration " + text::Quote(text) +
+                  ": write a whole number with a unit ms, s, m or h (e.g. 30s, 500ms)");
         return std::nullopt;
     }
-    const long long amount = std::stoll(match[1].str());
-    const std::string unit = match[2].str();
-    const long long factor = unit == "ms" ? 1 : unit == "s" ? 1000 : unit == "m" ? 60'000 : 3'600'000;
-    const milliseconds value{amount * factor};
+    const milliseconds value{*parsed};
     if (value < min || value > max) {
         Error(MarkOf(*entry),
               here,
@@ -385,7 +387,7 @@ std::optional<bool> YamlReader::Bool(const YamlFields& fields, std::string_view 
     if (entry == nullptr) return std::nullopt;
     const std::string& text = entry->value.Scalar();
     if (text == "true" || text == "false") return text == "true";
-    Error(MarkOf(*entry), here, "expected true or false, found '" + text + "'");
+    Error(MarkOf(*entry), here, "expected true or false, found " + text::Quote(text));
     return std::nullopt;
 }
 

@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,7 +33,7 @@ std::size_t EditDistance(std::string_view a, std::string_view b);
 // The candidate closest to `word` within a small edit distance (a typo), else "".
 template <typename Range>
 std::string Closest(std::string_view word, const Range& candidates) {
-    if (word.empty()) return "";
+    if (word.empty() || word.size() > 128) return "";  // no typo of a name is that long
     std::string best;
     // Close enough to be a typo, and not a rewrite of a short word ("zz" is no typo of "a").
     std::size_t best_distance = std::min(std::max<std::size_t>(1, word.size() / 3), word.size() - 1) + 1;
@@ -108,7 +107,7 @@ class YamlReader {
                                       const std::string& path,
                                       const YAML::Mark& parent,
                                       bool required,
-                                      const std::regex* pattern = nullptr,
+                                      bool (*valid)(std::string_view) = nullptr,
                                       std::string_view pattern_hint = {});
     std::optional<long long> Integer(
         const YamlFields& fields, std::string_view key, const std::string& path, long long min, long long max);

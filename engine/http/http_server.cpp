@@ -16,11 +16,12 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <pqxx/pqxx>
-#include <regex>
 #include <set>
 #include <sstream>
 
+#include "core/bounded_json.hpp"
 #include "core/canonical.hpp"
+#include "core/text_scan.hpp"
 #include "engine/repository/saga_store.hpp"
 #include "outbox/admin.hpp"
 #include "store/errors.hpp"
@@ -78,17 +79,53 @@ Response Json(unsigned status, const nlohmann::json& body) {
     return {status, "application/json", Dump(body), {}};
 }
 
-// The body as a JSON object in UTF-8; otherwise the 400 that says what it is instead.
-std::optional<Response> ParseObject(const std::string& text, nlohmann::json& body) {
-    try {
-        body = nlohmann::json::parse(text);
-        static_cast<void>(body.dump());  // nlohmann checks UTF-8 when it serialises
-    } catch (const nlohmann::json::exception& e) {
-        return Problem(
-            400, "malformed-json", "Malformed JSON", std::string("the body is not JSON in UTF-8: ") + e.what());
+// The body as a JSON object in UTF-8, read within the limits (core/bounded_json.hpp); otherwise the
+// 400 that says what it is instead, or 422 for a string PostgreSQL cannot store.
+std::optional<Response> ParseObject(const std::string& text, const JsonLimits& limits, nlohmann::json& body) {
+    JsonRefusal refusal;
+    auto parsed = ReadJson(text, limits, refusal);
+    if (!parsed) {
+        switch (refusal.kind) {
+            case JsonRefusal::Kind::kNulCharacter:
+                return Problem(422,
+                               "invalid-input",
+                               "Invalid input",
+                               refusal.message,
+                               {{"errors", {{{"path", refusal.path}, {"message", refusal.message}}}}});
+            case JsonRefusal::Kind::kDuplicateKey:
+                return Problem(400, "ambiguous-json", "Ambiguous JSON", "the body " + refusal.message.substr(4));
+            default:
+                return Problem(400, "malformed-json", "Malformed JSON", "the body is refused: " + refusal.message);
+        }
     }
+    body = std::move(*parsed);
     if (!body.is_object()) return Problem(400, "malformed-json", "Malformed JSON", "the body must be a JSON object");
     return std::nullopt;
+}
+
+// Content-Type: application/json, with parameters (charset=utf-8) allowed; nothing else.
+bool IsJsonContentType(std::string_view value) {
+    std::string media(value.substr(0, value.find(';')));
+    while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.pop_back();
+    std::transform(media.begin(), media.end(), media.begin(), [](unsigned char c) { return std::tolower(c); });
+    return media == "application/json";
+}
+
+// A header the request gives more than once: refused rather than guessing which one counts.
+std::optional<Response> Repeated(const HttpServer::Request& request, std::initializer_list<std::string_view> names) {
+    for (const auto name : names) {
+        if (request.message.count(boost::beast::string_view(name.data(), name.size())) > 1) {
+            return Problem(400,
+                           "repeated-header",
+                           "Repeated header",
+                           "the request has " + std::string(name) + " more than once; send it once");
+        }
+    }
+    return std::nullopt;
+}
+
+JsonLimits JsonLimitsOf(const HttpConfig& http) {
+    return {http.max_body_bytes, http.max_json_depth};
 }
 
 Response UnsupportedMediaType() {
@@ -96,8 +133,7 @@ Response UnsupportedMediaType() {
 }
 
 bool ValidSagaType(const std::string& type) {
-    static const std::regex kName{"[a-z][a-z0-9-]{0,63}"};
-    return std::regex_match(type, kName);
+    return text::IsKebabName(type, 64);
 }
 
 // 1..255 visible ASCII characters.
@@ -167,12 +203,26 @@ const std::string* HttpServer::FindToken(const std::string& presented) const {
     return found;
 }
 
+// Sagas started over HTTP carry "<client>:<Idempotency-Key>" as their key (StartSaga), so the
+// client that started one is its key's prefix; a client name holds no ':' (checked at start).
+bool HttpServer::Visible(const SagaView& saga, bool visible_to_all, const std::string& client) const {
+    if (visible_to_all || config_.http.tokens.empty()) return true;
+    return !client.empty() && saga.idempotency_key.size() > client.size() &&
+           saga.idempotency_key.compare(0, client.size(), client) == 0 && saga.idempotency_key[client.size()] == ':';
+}
+
 HttpServer::HttpServer(asio::io_context& io,
                        SagaCommands& sagas,
                        std::function<EngineMetrics()> metrics,
                        const EngineConfig& config)
     : io_(io), sagas_(sagas), metrics_(std::move(metrics)), config_(config), acceptor_(io), accept_pause_(io) {
     store::ValidateTtl(config_.http.idempotency_ttl);
+    for (const auto& [token, client] : config_.http.tokens) {
+        if (client.empty() || client.find(':') != std::string::npos) {
+            throw EngineError("http: the client name " + text::Quote(client, 64) +
+                              " is empty or holds ':'. Hint: name each client with letters, digits and '-'");
+        }
+    }
 }
 
 HttpServer::~HttpServer() {
@@ -498,11 +548,13 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
         case Endpoint::kGetSaga: {
             const auto saga_id = SagaId::Parse(id);
             const auto saga = saga_id ? sagas_.Get(*saga_id) : std::nullopt;
-            if (!saga) return Problem(404, "saga-not-found", "Saga not found", "no saga " + id);
+            if (!saga || !Visible(*saga, operator_allowed, client)) {
+                return Problem(404, "saga-not-found", "Saga not found", "no saga " + text::Quote(id, 64));
+            }
             return Json(200, SagaJson(*saga));
         }
         case Endpoint::kSagaGraph:
-            return SagaGraph(request, id);
+            return SagaGraph(request, id, operator_allowed, client);
         case Endpoint::kRetrySaga: {
             const auto saga_id = SagaId::Parse(id);
             const auto result = saga_id ? sagas_.Retry(*saga_id) : SagaCommands::NoSaga<RetryResult>(id);
@@ -648,13 +700,23 @@ HttpServer::Response HttpServer::Console(const std::string& name) {
 }
 
 // GET /v1/sagas/{id}/graph?format=mermaid|dot|svg
-HttpServer::Response HttpServer::SagaGraph(const Request& request, const std::string& saga_id) {
+HttpServer::Response HttpServer::SagaGraph(const Request& request,
+                                           const std::string& saga_id,
+                                           bool visible_to_all,
+                                           const std::string& client) {
     const auto it = request.query.find("format");
     const auto format = ParseGraphFormat(it == request.query.end() ? "mermaid" : it->second);
     if (!format) return Problem(400, "invalid-query", "Invalid query", "format must be mermaid, dot or svg");
     const auto id = SagaId::Parse(saga_id);
+    const auto not_found = [&] {
+        return Problem(404, "saga-not-found", "Saga not found", "no saga " + text::Quote(saga_id, 64));
+    };
+    if (id && !visible_to_all && !config_.http.tokens.empty()) {
+        const auto saga = sagas_.Get(*id);
+        if (!saga || !Visible(*saga, visible_to_all, client)) return not_found();
+    }
     const auto graph = id ? sagas_.Graph(*id, *format) : std::nullopt;
-    if (!graph) return Problem(404, "saga-not-found", "Saga not found", "no saga " + saga_id);
+    if (!graph) return not_found();
     return {200, GraphMediaType(*format), *graph, {}};
 }
 
@@ -728,10 +790,10 @@ HttpServer::Response HttpServer::CancelSaga(const Request& request,
     const auto& m = request.message;
     std::string reason;
     if (!m.body().empty()) {
-        const std::string content_type(m[http::field::content_type]);
-        if (content_type.rfind("application/json", 0) != 0) return UnsupportedMediaType();
+        if (auto problem = Repeated(request, {"Content-Type"})) return std::move(*problem);
+        if (!IsJsonContentType(m[http::field::content_type])) return UnsupportedMediaType();
         nlohmann::json body;
-        if (auto problem = ParseObject(m.body(), body)) return std::move(*problem);
+        if (auto problem = ParseObject(m.body(), JsonLimitsOf(config_.http), body)) return std::move(*problem);
         const auto invalid = [](const std::string& field, const std::string& message) {
             return Problem(422,
                            "invalid-input",
@@ -775,6 +837,7 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
     if (!ValidSagaType(type) || !sagas_.Knows(type)) {
         return Problem(404, "unknown-saga-type", "Unknown saga type", "no saga type '" + type + "' is registered");
     }
+    if (auto problem = Repeated(request, {"Idempotency-Key", "Content-Type"})) return std::move(*problem);
     const auto key_field = m.find("Idempotency-Key");
     if (key_field == m.end()) {
         return Problem(400,
@@ -789,10 +852,9 @@ HttpServer::Response HttpServer::StartSaga(const Request& request, const std::st
                        "Invalid Idempotency-Key",
                        "the key must be 1-255 visible ASCII characters");
     }
-    const std::string content_type(m[http::field::content_type]);
-    if (content_type.rfind("application/json", 0) != 0) return UnsupportedMediaType();
+    if (!IsJsonContentType(m[http::field::content_type])) return UnsupportedMediaType();
     nlohmann::json body;
-    if (auto problem = ParseObject(m.body(), body)) return std::move(*problem);
+    if (auto problem = ParseObject(m.body(), JsonLimitsOf(config_.http), body)) return std::move(*problem);
     nlohmann::json input = body;
     // Checked before the key is claimed: a 422 needs no database work and is not stored (the same
     // body always fails the same way). The start uses this definition and the input with its defaults.

@@ -55,7 +55,12 @@ class HttpServer {
     Response StartSaga(const Request& request, const std::string& type, const std::string& client);
     Response CancelSaga(const Request& request, const std::string& saga_id, const std::string& client);
     Response ListSagas(const Request& request);
-    Response SagaGraph(const Request& request, const std::string& saga_id);
+    Response SagaGraph(const Request& request,
+                       const std::string& saga_id,
+                       bool visible_to_all,
+                       const std::string& client);
+    // Whether `client` may read `saga`: with tokens, a client sees only the sagas it started.
+    bool Visible(const SagaView& saga, bool visible_to_all, const std::string& client) const;
     Response Metrics();
     Response Ready();
     Response Overview();

@@ -1,4 +1,5 @@
 #include "engine/orchestrator/orchestration.hpp"
+#include "core/text_scan.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -39,9 +40,9 @@ void Orchestration::Apply(SideEffects side) {
     counters_.sagas_finished += side.finished;
     counters_.replies_applied += side.replies_applied;
     counters_.replies_ignored += side.ignored.size();
-    for (const auto& line : side.ignored) spdlog::debug("{}", line);
+    for (const auto& line : side.ignored) spdlog::debug("{}", text::EscapeControl(line));
     counters_.sagas_parked += side.parked.size();
-    for (const auto& line : side.parked) spdlog::error("{}", line);
+    for (const auto& line : side.parked) spdlog::error("{}", text::EscapeControl(line));
     Poke(side.poke);
 }
 

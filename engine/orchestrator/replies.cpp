@@ -5,6 +5,7 @@
 #include <pqxx/pqxx>
 
 #include "core/saga_machine.hpp"
+#include "core/text_scan.hpp"
 #include "store/inbox.hpp"
 #include "store/prepared.hpp"
 
@@ -51,17 +52,22 @@ void ReplyHandler::OnReply(pqxx::transaction_base& tx,
                            WriteBatch& writes,
                            SideEffects& side) {
     const outbox::CloudEvent& e = in.event;
-    const std::string outcome_text = e.data.is_object() ? e.data.value("outcome", std::string()) : std::string();
+    // The outcome as sent: a string, or any other JSON value as its text (recorded, then ignored).
+    std::string outcome_text;
+    if (const auto it = e.data.is_object() ? e.data.find("outcome") : e.data.end(); it != e.data.end()) {
+        outcome_text = it->is_string() ? it->get<std::string>()
+                                       : it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
     const auto ignore = [&](const std::string& saga_id, const std::string& why) {
         side.ignored.push_back(fmt::format("reply {} ignored: {}", e.id, why));
         writes.Record(
             saga_id,
             {"ignored", e.step_name, e.phase, 0, e.id, {{"reason", why}, {"type", e.type}, {"outcome", outcome_text}}});
     };
-    if (!store::IsUuid(e.saga_id)) return ignore({}, "the reply names no saga (sagaid '" + e.saga_id + "')");
+    if (!store::IsUuid(e.saga_id)) return ignore({}, "the reply names no saga (sagaid " + text::Quote(e.saga_id) + ")");
     const auto phase = machine::ParsePhase(e.phase);
     // From here on the reply names a saga: what is wrong with it goes into that saga's timeline.
-    if (!phase) return ignore(e.saga_id, "unknown phase '" + e.phase + "'");
+    if (!phase) return ignore(e.saga_id, "unknown phase " + text::Quote(e.phase));
     machine::Outcome outcome;
     if (outcome_text == "success") {
         outcome = machine::Outcome::kSuccess;
@@ -70,7 +76,7 @@ void ReplyHandler::OnReply(pqxx::transaction_base& tx,
     } else if (outcome_text == "retry") {
         outcome = machine::Outcome::kRetry;
     } else {
-        return ignore(e.saga_id, "data.outcome must be success, failure or retry, not '" + outcome_text + "'");
+        return ignore(e.saga_id, "data.outcome must be success, failure or retry, not " + text::Quote(outcome_text));
     }
     std::optional<LoadedSaga> saga;
     if (const auto it = locked.find(e.saga_id); it != locked.end()) {

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "core/saga_machine.hpp"
+#include "core/text_scan.hpp"
 #include "engine/repository/saga_store.hpp"
 #include "outbox/event.hpp"
 #include "outbox/uuid.hpp"
@@ -281,7 +282,7 @@ SagaCommands::Cancellation SagaCommands::CancelLocked(pqxx::work& tx,
 // After a cancellation committed.
 void SagaCommands::Cancelled(const std::string& saga_id, const std::string& reason) {
     ++sagas_.Count().sagas_cancelled;
-    spdlog::info("saga {} cancelled{}", saga_id, reason.empty() ? "" : ": " + reason);
+    spdlog::info("saga {} cancelled{}", saga_id, reason.empty() ? "" : ": " + text::Quote(reason, 200));
 }
 
 CancelResult SagaCommands::Cancel(const SagaId& saga_id, const std::string& reason) {

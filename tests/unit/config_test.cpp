@@ -106,6 +106,7 @@ TEST_CASE("the documented example sets every key, and sagaflow config prints it 
     CHECK(e.http.max_connections == 256);
     CHECK(e.http.max_body_bytes == 1048576);
     CHECK(e.http.max_header_bytes == 16384);
+    CHECK(e.http.max_json_depth == 64);
     CHECK(e.http.io_timeout == std::chrono::seconds(30));
     CHECK(e.http.idempotency_ttl == std::chrono::hours(48));
     // Token -> client; the file's trailing newline is not part of the token.
@@ -154,7 +155,8 @@ TEST_CASE("unknown keys are refused at their position, with the allowed ones and
                 "engine, http, participant"});
     CHECK(Errors("http:\n  listen: 127.0.0.1:80\n  token: {}\n") ==
           Lines{"c.yaml:3:3: error: http.token: unknown key 'token' (did you mean 'tokens'?); allowed here: listen, "
-                "worker_threads, max_connections, max_body_bytes, max_header_bytes, io_timeout, idempotency_ttl, "
+                "worker_threads, max_connections, max_body_bytes, max_json_depth, max_header_bytes, io_timeout, "
+                "idempotency_ttl, "
                 "allow_unauthenticated, tokens"});
 }
 

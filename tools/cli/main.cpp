@@ -21,6 +21,7 @@
 #include "core/definition_graph.hpp"
 #include "core/definition_loader.hpp"
 #include "core/explore.hpp"
+#include "core/text_scan.hpp"
 #include "core/upgrade_check.hpp"
 #include "core/version.hpp"
 #include "engine/engine.hpp"
@@ -487,7 +488,8 @@ int RunEngine(const std::string& db_flag, const RunFlags& flags, const std::func
     if (!flags.http.empty() && !sagaflow::ParseListen(flags.http, config.http)) {
         throw CLI::ValidationError(
             "--http",
-            "expected ADDRESS:PORT (e.g. 0.0.0.0:8080, [::1]:8080; port 0: any free port), found '" + flags.http + "'");
+            "expected ADDRESS:PORT (e.g. 0.0.0.0:8080, [::1]:8080; port 0: any free port), found " +
+                sagaflow::text::Quote(flags.http));
     }
     if (given("--idempotency-ttl-hours")) config.http.idempotency_ttl = std::chrono::hours(flags.idempotency_ttl_hours);
     if (flags.http_allow_unauthenticated) config.http.allow_unauthenticated = true;
