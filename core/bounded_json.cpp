@@ -90,6 +90,7 @@ class BoundedBuilder {
     bool Refuse(JsonRefusal::Kind kind, const std::string& what) {
         refusal_.kind = kind;
         refusal_.path = Path();
+        refusal_.what = what;
         refusal_.message = "the value at " + refusal_.path + " " + what;
         return false;
     }

@@ -24,6 +24,7 @@ struct JsonRefusal {
     Kind kind = Kind::kSyntax;
     std::string message;
     std::string path;  // where, as $.items[3].name; empty for size and syntax
+    std::string what;  // the message without its "the value at PATH" ("has the key 'a' twice; ...")
 };
 
 // Parses `text` as one JSON value. Refused, with the reason, when the text is over `max_bytes`, not

@@ -93,7 +93,10 @@ std::optional<Response> ParseObject(const std::string& text, const JsonLimits& l
                                refusal.message,
                                {{"errors", {{{"path", refusal.path}, {"message", refusal.message}}}}});
             case JsonRefusal::Kind::kDuplicateKey:
-                return Problem(400, "ambiguous-json", "Ambiguous JSON", "the body " + refusal.message.substr(4));
+                return Problem(400,
+                               "ambiguous-json",
+                               "Ambiguous JSON",
+                               "the body" + (refusal.path == "$" ? "" : " at " + refusal.path) + " " + refusal.what);
             default:
                 return Problem(400, "malformed-json", "Malformed JSON", "the body is refused: " + refusal.message);
         }

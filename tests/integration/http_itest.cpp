@@ -1016,3 +1016,104 @@ TEST_CASE("a definition the database refuses changes nothing in the engine: star
     REQUIRE(saga);
     CHECK(saga->definition_version == 1);
 }
+
+TEST_CASE("hostile bodies: deep nesting, duplicate keys, U+0000, repeated headers and near media types are refused") {
+    Rig rig;
+    auto engine = HttpEngine(rig);
+    const int port = engine->HttpPort();
+    const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+    // 100,000 levels anywhere in the body crashed the server (stack overflow in the JSON dump).
+    for (const std::string& body :
+         {deep, R"({"item":)" + deep + "}", R"({"item":"a","unknown":)" + deep + "}", std::string(100'000, '{')}) {
+        const auto r = Post(port, "deep", body);
+        CHECK(r.status == 400);
+        CHECK(ProblemType(r) == "malformed-json");
+    }
+    CHECK(Post(port, "deep", R"({"item":)" + deep + "}")
+              .Json()["detail"]
+              .get<std::string>()
+              .find("deeper than 64 levels") != std::string::npos);
+
+    const auto twice = Post(port, "dup", R"({"item":"a","item":"b"})");
+    CHECK(twice.status == 400);
+    CHECK(ProblemType(twice) == "ambiguous-json");
+    CHECK(twice.Json()["detail"] == "the body has the key 'item' twice; send each key once");
+
+    const auto nul = Post(port, "nul", R"({"item":"a\u0000b"})");
+    CHECK(nul.status == 422);
+    CHECK(ProblemType(nul) == "invalid-input");
+    CHECK(nul.Json()["errors"][0]["path"] == "$.item");
+
+    const auto two_keys = RawRequest(port,
+                                     "POST /v1/sagas/itest-saga HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                     "application/json\r\nIdempotency-Key: a\r\nIdempotency-Key: b\r\n"
+                                     "Content-Length: 12\r\n\r\n{\"item\":\"a\"}");
+    CHECK(two_keys.status == 400);
+    CHECK(two_keys.body.find("repeated-header") != std::string::npos);
+    for (const std::string type : {"application/jsonx", "application/json-patch+json", "application/json5"}) {
+        CAPTURE(type);
+        CHECK(HttpRequest(port,
+                          "POST",
+                          "/v1/sagas/itest-saga",
+                          {{"Idempotency-Key", "mt"}, {"Content-Type", type}},
+                          R"({"item":"a"})")
+                  .status == 415);
+    }
+    // Nothing of it was stored, and the server still serves, parameters of the media type included.
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_instance") == 0);
+    CHECK(Count(rig.db.Url(), "SELECT count(*) FROM idempotency_record") == 0);
+    const auto fine = HttpRequest(port,
+                                  "POST",
+                                  "/v1/sagas/itest-saga",
+                                  {{"Idempotency-Key", "ok"}, {"Content-Type", "Application/JSON; charset=utf-8"}},
+                                  R"({"item":"a"})");
+    REQUIRE(fine.status == 201);
+    const std::string cancel = "/v1/sagas/" + fine.Json()["sagaId"].get<std::string>() + "/cancel";
+    const std::map<std::string, std::string> json{{"Content-Type", "application/json"}};
+    const auto deep_reason = HttpRequest(port, "POST", cancel, json, R"({"reason":)" + deep + "}");
+    CHECK(deep_reason.status == 400);
+    CHECK(ProblemType(deep_reason) == "malformed-json");
+    const auto nul_reason = HttpRequest(port, "POST", cancel, json, R"({"reason":"a\u0000"})");
+    CHECK(nul_reason.status == 422);
+    CHECK(nul_reason.Json()["errors"][0]["path"] == "$.reason");
+    CHECK(HttpRequest(port, "GET", "/healthz").status == 200);
+}
+
+TEST_CASE("client isolation: a client reads only the sagas it started (404 for the others); operators read all") {
+    Rig rig;
+    auto participant = rig.Participant(testing::Default);
+    auto engine = HttpEngine(rig, {{"shop-token", "shop"}, {"app-token", "app"}, {"op-token", "operator-1"}});
+    const int port = engine->HttpPort();
+    const auto started = Post(port, "secret-key", R"({"item":"a"})", {{"Authorization", "Bearer shop-token"}});
+    REQUIRE(started.status == 201);
+    const std::string id = started.Json()["sagaId"];
+    const auto as = [&](const std::string& token, const std::string& method, const std::string& path) {
+        return HttpRequest(port,
+                           method,
+                           path,
+                           {{"Authorization", "Bearer " + token}, {"Content-Type", "application/json"}},
+                           method == "POST" ? "{}" : "");
+    };
+    const std::string unknown = "/v1/sagas/00000000-0000-4000-8000-000000000000";
+    for (const std::string suffix : {"", "/graph", "/graph?format=svg"}) {
+        CAPTURE(suffix);
+        const auto own = as("shop-token", "GET", "/v1/sagas/" + id + suffix);
+        CHECK(own.status == 200);
+        const auto other = as("app-token", "GET", "/v1/sagas/" + id + suffix);
+        CHECK(other.status == 404);
+        CHECK(ProblemType(other) == "saga-not-found");
+        CHECK(other.body.find("secret-key") == std::string::npos);
+        // The same answer as for a saga that does not exist: ids cannot be probed.
+        const auto missing = as("app-token", "GET", unknown + suffix);
+        CHECK(missing.status == 404);
+        CHECK(other.Json()["detail"].get<std::string>().substr(0, 8) ==
+              missing.Json()["detail"].get<std::string>().substr(0, 8));
+        CHECK(as("op-token", "GET", "/v1/sagas/" + id + suffix).status == 200);
+    }
+    CHECK(as("shop-token", "GET", "/v1/sagas/" + id).Json()["idempotencyKey"] == "shop:secret-key");
+    // Retrying and cancelling are operators' (403 for every client, whatever the id).
+    for (const std::string action : {"/retry", "/cancel"}) {
+        CHECK(as("app-token", "POST", "/v1/sagas/" + id + action).status == 403);
+        CHECK(as("app-token", "POST", unknown + action).status == 403);
+    }
+}
