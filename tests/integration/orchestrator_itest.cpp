@@ -15,6 +15,7 @@
 #include "engine/engine.hpp"
 #include "outbox/event.hpp"
 #include "outbox/uuid.hpp"
+#include "tests/support/kafka_read.hpp"
 #include "tests/support/kafka_send.hpp"
 #include "tests/support/print.hpp"
 #include "tests/support/saga_rig.hpp"
@@ -413,6 +414,43 @@ TEST_CASE("a lost command times out and is resent with the same event id; stray 
           }) == 1);
     CHECK(engine.GetSaga(id)->status == sagaflow::SagaStatus::kCompleted);
     engine.Stop();
+}
+
+TEST_CASE("a reply nested 100,000 deep is dead-lettered and committed past; a number as outcome is recorded") {
+    Rig rig;
+    auto participant = rig.Participant(Default);
+    auto engine = Started(rig);
+    const auto id = StartOne(*engine, Input("", "", 1), "deep");
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+
+    // The record that crash-looped the engine: its data copied recursively. Built by hand, since
+    // serialising it here would recurse as deep.
+    auto event = testing::SagaEvent(id, "reserve", "action", "Reserve.v1.reply", {{"outcome", "DEEP"}});
+    std::string value = event.ToJson().dump();
+    value.replace(value.find("\"DEEP\""), 6, std::string(100'000, '[') + std::string(100'000, ']'));
+    testing::SendValue(rig.brokers, rig.replies, id, value);
+    // A reply whose outcome is a number: recorded in its saga's timeline and ignored, not dead-lettered.
+    testing::SendEvent(
+        rig.brokers, rig.replies, testing::SagaEvent(id, "reserve", "action", "Reserve.v1.reply", {{"outcome", 1}}));
+
+    const auto dlq = testing::ReadTopic(rig.brokers, rig.replies + ".dlq", 1, std::chrono::seconds(60));
+    REQUIRE(dlq.size() == 1);
+    CHECK(dlq[0].headers.at("sagaflow-dlq-reason").find("deeper than 64 levels") != std::string::npos);
+    const std::string ignored = "SELECT count(*) FROM saga_timeline WHERE kind = 'ignored' AND saga_id = '" + id + "'";
+    CHECK(WaitFor([&] { return Count(rig.db.Url(), ignored) == 1; }, std::chrono::seconds(30)));
+    CHECK(Count(rig.db.Url(),
+                ignored + " AND detail->>'reason' = 'data.outcome must be success, failure or retry, not ''1'''") == 1);
+    // The engine lives on and runs the next saga.
+    StartOne(*engine, Input("", "", 2), "after");
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+    engine->Stop();
+    // Its offsets moved past both records: a restarted engine reads neither again.
+    engine = Started(rig);
+    StartOne(*engine, Input("", "", 3), "restarted");
+    REQUIRE(WaitFor([&] { return rig.Open() == 0; }, std::chrono::seconds(60)));
+    engine->Stop();
+    CHECK(testing::ReadTopic(rig.brokers, rig.replies + ".dlq", 2, std::chrono::seconds(5)).size() == 1);
+    CHECK(Count(rig.db.Url(), ignored) == 1);
 }
 
 TEST_CASE("a saga's deadline cancels it before its point of no return, and no longer applies after it") {

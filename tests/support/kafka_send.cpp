@@ -27,13 +27,17 @@ outbox::CloudEvent SagaEvent(const std::string& saga_id,
 }
 
 void SendEvent(const std::string& brokers, const std::string& topic, const outbox::CloudEvent& event) {
+    SendValue(brokers, topic, event.saga_id, event.ToJson().dump());
+}
+
+void SendValue(const std::string& brokers, const std::string& topic, const std::string& key, const std::string& value) {
     using namespace outbox::detail;
-    auto producer =
-        MakeClient(RD_KAFKA_PRODUCER, MakeProducerConf({{"bootstrap.servers", brokers}, {"log_level", "3"}}));
-    const std::string value = event.ToJson().dump();
-    if (Produce(producer.get(), topic, event.saga_id, value, nullptr, nullptr) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+    auto producer = MakeClient(
+        RD_KAFKA_PRODUCER,
+        MakeProducerConf({{"bootstrap.servers", brokers}, {"log_level", "3"}, {"message.max.bytes", "10000000"}}));
+    if (Produce(producer.get(), topic, key, value, nullptr, nullptr) != RD_KAFKA_RESP_ERR_NO_ERROR ||
         rd_kafka_flush(producer.get(), 10'000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        throw std::runtime_error("could not send event " + event.id + " to " + topic);
+        throw std::runtime_error("could not send a record keyed " + key + " to " + topic);
     }
 }
 

@@ -19,5 +19,7 @@ outbox::CloudEvent SagaEvent(const std::string& saga_id,
 // Produces `event` to `topic`, keyed by its saga id, and waits for the broker's acknowledgement;
 // throws naming the topic otherwise.
 void SendEvent(const std::string& brokers, const std::string& topic, const outbox::CloudEvent& event);
+// Produces `value` as it is (a hand-built record: malformed, nested deep) and waits as SendEvent does.
+void SendValue(const std::string& brokers, const std::string& topic, const std::string& key, const std::string& value);
 
 }  // namespace sagaflow::testing
