@@ -204,6 +204,33 @@ void ValidateField(const FieldSchema& field,
 
 }  // namespace
 
+std::vector<InputError> CheckCommandSizes(const SagaDefinition& definition,
+                                          const nlohmann::json& input,
+                                          std::size_t max_bytes) {
+    std::vector<InputError> errors;
+    const nlohmann::json context{{"sagaId", "00000000-0000-0000-0000-000000000000"},
+                                 {"input", input},
+                                 {"data", nlohmann::json::object()},
+                                 {"steps", nlohmann::json::object()}};
+    const auto check = [&](const StepDefinition& step, const CommandSpec& spec, const char* phase) {
+        const std::size_t size =
+            RenderTemplate(spec.send, context).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size() +
+            kCommandEnvelopeBytes;
+        if (size <= max_bytes) return;
+        errors.push_back({"$",
+                          "makes the " + std::string(phase) + " of step '" + step.name + "' (" + spec.type +
+                              ") about " + std::to_string(size) + " bytes, over the message limit of " +
+                              std::to_string(max_bytes) +
+                              " bytes (the producer's message.max.bytes): send less, or raise the limit on the "
+                              "producer and the broker (max.message.bytes)"});
+    };
+    for (const auto& step : definition.steps) {
+        check(step, step.action, "action");
+        if (step.compensation) check(step, *step.compensation, "compensation");
+    }
+    return errors;
+}
+
 std::vector<InputError> ValidateInput(const SagaDefinition& definition, nlohmann::json& input) {
     std::vector<InputError> errors;
     if (!input.is_object()) {

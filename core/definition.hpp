@@ -103,6 +103,18 @@ struct InputError {
 // not only the first; on success (empty result) `input` holds the defaults too.
 std::vector<InputError> ValidateInput(const SagaDefinition& definition, nlohmann::json& input);
 
+// Room for what a command carries besides its data: the CloudEvents attributes, trace context and
+// headers (a few hundred bytes in practice).
+inline constexpr std::size_t kCommandEnvelopeBytes = 4096;
+
+// The commands of every step (actions and compensations) rendered for `input`, before the saga
+// starts: one error for each whose size, with kCommandEnvelopeBytes, would exceed `max_bytes` (the
+// producer's message.max.bytes), since the broker would refuse it and the saga would wait forever.
+// Data saved from replies is not known yet and counts as null.
+std::vector<InputError> CheckCommandSizes(const SagaDefinition& definition,
+                                          const nlohmann::json& input,
+                                          std::size_t max_bytes);
+
 // Resolves a command template against a context {sagaId, input, data, steps:{name:{reply}}}.
 // A path that leads nowhere yields null.
 nlohmann::json RenderTemplate(const nlohmann::json& tmpl, const nlohmann::json& context);

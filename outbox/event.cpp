@@ -7,8 +7,8 @@
 #include <ctime>
 
 #include "core/bounded_json.hpp"
+#include "core/saga_id.hpp"
 #include "core/text_scan.hpp"
-#include "store/inbox.hpp"
 
 namespace sagaflow::outbox {
 
@@ -42,7 +42,7 @@ std::optional<CloudEvent> ReadAttributes(const Attribute& attribute, std::string
         reason = "no id";
         return std::nullopt;
     }
-    if (!store::IsUuid(event.id)) {
+    if (!IsUuidText(event.id)) {
         reason = "id is not a UUID";
         return std::nullopt;
     }

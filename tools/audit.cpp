@@ -157,6 +157,11 @@ AuditCheck ApplyOnce(pqxx::transaction_base& tx, const std::vector<std::string>&
                     "NULL AND NOT EXISTS (SELECT 1 FROM " +
                     q(schema) +
                     ".processed_event pe WHERE pe.event_id = ps.command_event_id) "
+                    // Only a tombstone (refused, null_compensation) has no command: an effect always has one.
+                    "UNION ALL SELECT ps.saga_id::text, " +
+                    l(schema + ": ") + " || ps.step_name || ' ' || ps.phase || ' ' || ps.status || " +
+                    "' with no command id (only refused and null_compensation records have none)' FROM " + q(schema) +
+                    ".participant_step ps WHERE ps.status IN ('succeeded', 'failed') AND ps.command_event_id IS NULL "
                     "UNION ALL SELECT ps.saga_id::text, " +
                     l(schema + ": applied command ") +
                     " || ps.command_event_id || ', not the engine''s command of ' || ps.step_name "
@@ -166,6 +171,48 @@ AuditCheck ApplyOnce(pqxx::transaction_base& tx, const std::vector<std::string>&
                     "AND s.phase = ps.phase WHERE ps.command_event_id <> s.command_event_id");
     }
     return apply;
+}
+
+// A saga pruned from the engine's history (sagaflow prune, history retention) leaves its
+// participants' records behind; it was finished and unchanged for at least the shortest history
+// horizon (engine/repository/retention.hpp, kMinHistoryRetention), so a record newer than that
+// belongs to a saga the engine never started. Older ones are counted as a warning.
+constexpr int kPrunableAfterHours = 72;
+
+AuditCheck KnownSaga(pqxx::transaction_base& tx,
+                     const std::vector<std::string>& participant_schemas,
+                     const std::string& payments_schema,
+                     long long& unmatched_old) {
+    const auto q = [&](const std::string& schema) { return Name(tx, schema); };
+    const auto l = [&](const std::string& text) { return Literal(tx, text); };
+    AuditCheck known{"known-saga",
+                     "every participant record and payment of the last " + std::to_string(kPrunableAfterHours) +
+                         " h belongs to a saga the engine started (older ones may be of pruned sagas)",
+                     0,
+                     {}};
+    const std::string unknown = " NOT EXISTS (SELECT 1 FROM saga_instance i WHERE i.saga_id = x.saga_id) ";
+    const std::string recent = "x.at >= now() - interval '" + std::to_string(kPrunableAfterHours) + " hours'";
+    std::vector<std::pair<std::string, std::string>> tables;  // (FROM ... x with saga_id and at, what)
+    for (const auto& schema : participant_schemas) {
+        tables.emplace_back(
+            "(SELECT saga_id, applied_at AS at, step_name || ' ' || phase || ' ' || status AS what FROM " + q(schema) +
+                ".participant_step) x",
+            schema + ": record of ");
+    }
+    if (!payments_schema.empty()) {
+        tables.emplace_back("(SELECT saga_id, created_at AS at, 'payment ' || payment_id AS what FROM " +
+                                q(payments_schema) + ".payment) x",
+                            payments_schema + ": ");
+    }
+    for (const auto& [from, prefix] : tables) {
+        Collect(tx,
+                known,
+                "SELECT x.saga_id::text, " + l(prefix) + " || x.what || ' for a saga the engine never started' FROM " +
+                    from + " WHERE" + unknown + "AND " + recent);
+        unmatched_old +=
+            tx.exec1("SELECT count(*) FROM " + from + " WHERE" + unknown + "AND NOT " + recent)[0].as<long long>();
+    }
+    return known;
 }
 
 AuditCheck NoHanging(pqxx::transaction_base& tx, const std::vector<std::string>& participant_schemas) {
@@ -280,7 +327,10 @@ bool AuditReport::Ok() const {
 }
 
 nlohmann::json AuditReport::ToJson() const {
-    nlohmann::json out{{"sagas", sagas}, {"ok", Ok()}, {"checks", nlohmann::json::array()}};
+    nlohmann::json out{{"sagas", sagas},
+                       {"ok", Ok()},
+                       {"unmatchedOldRecords", unmatched_old_records},
+                       {"checks", nlohmann::json::array()}};
     for (const auto& c : checks) {
         nlohmann::json examples = nlohmann::json::array();
         for (const auto& v : c.examples) examples.push_back({{"sagaId", v.saga_id}, {"detail", v.detail}});
@@ -299,6 +349,12 @@ std::string AuditReport::Summary() const {
             out += fmt::format("         ... {} violation(s) in all\n", c.violations);
         }
     }
+    if (unmatched_old_records > 0) {
+        out += fmt::format(
+            "  warning: {} participant record(s) or payment(s) older than the shortest history retention name a saga "
+            "that is not stored (pruned, or never started)\n",
+            unmatched_old_records);
+    }
     out += Ok() ? "every guarantee holds\n" : "GUARANTEES BROKEN\n";
     return out;
 }
@@ -312,6 +368,8 @@ AuditReport AuditBlocking(const AuditOptions& options) {
     report.checks.push_back(TerminalOrLive(tx, grace));
     report.checks.push_back(DispatchOnce(tx));
     report.checks.push_back(ApplyOnce(tx, options.participant_schemas));
+    report.checks.push_back(
+        KnownSaga(tx, options.participant_schemas, options.payments_schema, report.unmatched_old_records));
     AuditCheck compensation{
         "compensation",
         "a compensated saga compensated each step that took effect exactly once, newest first; a completed one none",

@@ -32,6 +32,9 @@ struct AuditCheck {
 struct AuditReport {
     long long sagas = 0;
     std::vector<AuditCheck> checks;
+    // Participant records and payments naming a saga that is not stored, older than the shortest
+    // history retention: of pruned sagas, or forgeries the audit can no longer tell apart (a warning).
+    long long unmatched_old_records = 0;
 
     bool Ok() const;
     nlohmann::json ToJson() const;

@@ -1,5 +1,6 @@
 #include "engine/http/http_server.hpp"
 #include "engine/http/console.hpp"
+#include "engine/http/request_body.hpp"
 #include "engine/http/routes.hpp"
 
 #include <spdlog/spdlog.h>
@@ -79,39 +80,13 @@ Response Json(unsigned status, const nlohmann::json& body) {
     return {status, "application/json", Dump(body), {}};
 }
 
-// The body as a JSON object in UTF-8, read within the limits (core/bounded_json.hpp); otherwise the
-// 400 that says what it is instead, or 422 for a string PostgreSQL cannot store.
+// The body as a JSON object (engine/http/request_body.hpp), or the problem that says why not.
 std::optional<Response> ParseObject(const std::string& text, const JsonLimits& limits, nlohmann::json& body) {
-    JsonRefusal refusal;
-    auto parsed = ReadJson(text, limits, refusal);
-    if (!parsed) {
-        switch (refusal.kind) {
-            case JsonRefusal::Kind::kNulCharacter:
-                return Problem(422,
-                               "invalid-input",
-                               "Invalid input",
-                               refusal.message,
-                               {{"errors", {{{"path", refusal.path}, {"message", refusal.message}}}}});
-            case JsonRefusal::Kind::kDuplicateKey:
-                return Problem(400,
-                               "ambiguous-json",
-                               "Ambiguous JSON",
-                               "the body" + (refusal.path == "$" ? "" : " at " + refusal.path) + " " + refusal.what);
-            default:
-                return Problem(400, "malformed-json", "Malformed JSON", "the body is refused: " + refusal.message);
-        }
-    }
-    body = std::move(*parsed);
-    if (!body.is_object()) return Problem(400, "malformed-json", "Malformed JSON", "the body must be a JSON object");
-    return std::nullopt;
-}
-
-// Content-Type: application/json, with parameters (charset=utf-8) allowed; nothing else.
-bool IsJsonContentType(std::string_view value) {
-    std::string media(value.substr(0, value.find(';')));
-    while (!media.empty() && (media.back() == ' ' || media.back() == '\t')) media.pop_back();
-    std::transform(media.begin(), media.end(), media.begin(), [](unsigned char c) { return std::tolower(c); });
-    return media == "application/json";
+    auto refusal = ReadObjectBody(text, limits, body);
+    if (!refusal) return std::nullopt;
+    nlohmann::json extra = nlohmann::json::object();
+    if (!refusal->path.empty()) extra["errors"] = {{{"path", refusal->path}, {"message", refusal->detail}}};
+    return Problem(refusal->status, refusal->type, refusal->title, refusal->detail, std::move(extra));
 }
 
 // A header the request gives more than once: refused rather than guessing which one counts.

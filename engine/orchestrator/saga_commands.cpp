@@ -327,6 +327,17 @@ EngineGauges SagaCommands::Gauges() {
     });
 }
 
+namespace {
+
+// The producer's message.max.bytes: set among the Kafka properties, else librdkafka's default.
+std::size_t MaxMessageBytes(const EngineConfig& config) {
+    const auto it = config.kafka_properties.find("message.max.bytes");
+    if (it != config.kafka_properties.end() && text::IsDigits(it->second, 10)) return std::stoull(it->second);
+    return 1'000'000;
+}
+
+}  // namespace
+
 // The checks of a start before any database work: the type is registered and the input matches
 // its schema (`input` gets the defaults). nullopt when both hold; `definition` is then the
 // latest version of the type.
@@ -344,6 +355,12 @@ std::optional<StartResult> SagaCommands::Refusal(const std::string& type,
     if (!result.errors.empty()) {
         result.status = StartResult::Status::kInvalidInput;
         result.message = "the input does not match the input schema of saga '" + type + "'";
+        return result;
+    }
+    result.errors = CheckCommandSizes(*definition, input, MaxMessageBytes(sagas_.Config()));
+    if (!result.errors.empty()) {
+        result.status = StartResult::Status::kInvalidInput;
+        result.message = "the input makes a command of saga '" + type + "' too large for Kafka";
         return result;
     }
     return std::nullopt;

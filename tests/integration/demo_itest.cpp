@@ -148,7 +148,7 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
     const auto clean = AuditBlocking(options);
     INFO(clean.Summary());
     REQUIRE(clean.Ok());
-    CHECK(clean.checks.size() == 7);
+    CHECK(clean.checks.size() == 8);
     {
         // A schema whose name holds a quote, a semicolon and a double quote is only a name to the
         // audit: the orders schema copied under it, audited beside the others, holds as they do.
@@ -260,6 +260,47 @@ TEST_CASE("the order-payment demo against the real broker keeps the money invari
            "UPDATE outbox SET published_at = now(), created_at = created_at + interval '2 hours' WHERE message_key = "
            "'" +
                victim + "' AND published_at IS NULL");
+    // A participant record marked succeeded with no command id: only tombstones have none.
+    damage("apply-once",
+           "UPDATE payments.participant_step SET command_event_id = NULL WHERE saga_id = '" + victim +
+               "' AND phase = 'action'",
+           "UPDATE payments.participant_step ps SET command_event_id = s.command_event_id FROM saga_step s WHERE "
+           "s.saga_id = ps.saga_id AND s.step_name = ps.step_name AND s.phase = ps.phase AND ps.saga_id = '" +
+               victim + "' AND ps.phase = 'action'");
+    // A forged charge for a saga the engine never started: record, inbox row, payment.
+    const std::string forged =
+        "WITH f AS (SELECT gen_random_uuid() AS saga_id, gen_random_uuid() AS command_id), r AS (INSERT INTO "
+        "payments.participant_step (saga_id, step_name, phase, command_type, command_event_id, status, reply, "
+        "applied_at) SELECT saga_id, 'charge-payment', 'action', 'ChargePayment.v1', command_id, 'succeeded', "
+        "'{\"outcome\":\"success\"}', now() - interval 'AGE' FROM f RETURNING 1), i AS (INSERT INTO "
+        "payments.processed_event (consumer_name, event_id) SELECT 'forger', command_id FROM f RETURNING 1) INSERT "
+        "INTO payments.payment (saga_id, order_id, customer_id, amount, currency, payment_provider, "
+        "external_payment_id, status, created_at) SELECT saga_id, 'forged', 1, 900, 'EUR', 'forged', "
+        "gen_random_uuid()::text, 'charged', now() - interval 'AGE' FROM f";
+    const auto aged = [&](const std::string& age) {
+        std::string sql = forged;
+        for (std::size_t at; (at = sql.find("AGE")) != std::string::npos;) sql.replace(at, 3, age);
+        return sql;
+    };
+    const std::string unforge =
+        "DELETE FROM payments.participant_step p WHERE NOT EXISTS (SELECT 1 FROM saga_instance i WHERE i.saga_id = "
+        "p.saga_id); DELETE FROM payments.payment p WHERE NOT EXISTS (SELECT 1 FROM saga_instance i WHERE i.saga_id "
+        "= p.saga_id); DELETE FROM payments.processed_event WHERE consumer_name = 'forger'";
+    damage("known-saga", aged("1 minute"), unforge);
+    CHECK(violations("known-saga") == 0);
+    {
+        // Older than the shortest history retention: perhaps a pruned saga's, a warning only.
+        pqxx::work w{conn};
+        w.exec(aged("4 days"));
+        w.commit();
+        const auto report = AuditBlocking(options);
+        CHECK(report.Ok());
+        CHECK(report.unmatched_old_records == 2);  // the record and the payment
+        CHECK(report.Summary().find("warning: 2 participant record(s) or payment(s)") != std::string::npos);
+        pqxx::work repair{conn};
+        repair.exec(unforge);
+        repair.commit();
+    }
     {
         pqxx::work w{conn};
         w.exec("ALTER TABLE payments.payment DROP CONSTRAINT payment_payment_provider_external_payment_id_key");

@@ -1059,6 +1059,12 @@ TEST_CASE("hostile bodies: deep nesting, duplicate keys, U+0000, repeated header
                           R"({"item":"a"})")
                   .status == 415);
     }
+    // Under the body limit, but its commands would be over the broker's: refused before it starts,
+    // not left waiting at `dispatched` while the relay's produce fails forever.
+    const auto large = Post(port, "large", R"({"item":")" + std::string(1'000'000, 'x') + R"("})");
+    CHECK(large.status == 422);
+    CHECK(large.Json()["errors"][0]["message"].get<std::string>().find(
+              "makes the action of step 'reserve' (Reserve.v1) about 1004") == 0);
     // Nothing of it was stored, and the server still serves, parameters of the media type included.
     CHECK(Count(rig.db.Url(), "SELECT count(*) FROM saga_instance") == 0);
     CHECK(Count(rig.db.Url(), "SELECT count(*) FROM idempotency_record") == 0);

@@ -91,6 +91,23 @@ TEST_CASE("an integer input outside int64 is refused: participants would store 2
     CHECK(sagaflow::ValidateInput(def, input).empty());
 }
 
+TEST_CASE("an input that would make a command larger than Kafka takes is refused before the saga starts") {
+    const auto loaded = sagaflow::LoadDefinitionString(
+        "saga: s\nversion: 1\ninput:\n  note: {type: string}\nsteps:\n"
+        "  - {name: a, participant: p, kind: compensatable, command: A.v1, compensation: U.v1, send: {n: "
+        "$.input.note}}\n"
+        "  - {name: b, participant: p, kind: pivot, command: B.v1, send: {x: $.sagaId}}\n",
+        "t.yaml");
+    REQUIRE(loaded.definition);
+    const nlohmann::json small{{"note", "hi"}};
+    CHECK(sagaflow::CheckCommandSizes(*loaded.definition, small, 1'000'000).empty());
+    const nlohmann::json large{{"note", std::string(996'000, 'x')}};
+    const auto errors = sagaflow::CheckCommandSizes(*loaded.definition, large, 1'000'000);
+    REQUIRE(errors.size() == 2);  // the action and the compensation of a; b sends no input
+    CHECK(errors[0].message.rfind("makes the action of step 'a' (A.v1) about 100010", 0) == 0);
+    CHECK(errors[1].message.rfind("makes the compensation of step 'a' (U.v1)", 0) == 0);
+}
+
 TEST_CASE("the scanners that replace std::regex accept and refuse what the patterns did") {
     using namespace sagaflow::text;
     CHECK(IsCommandType("ChargePayment.v1"));
