@@ -232,7 +232,18 @@ class Machine {
             return nullptr;
         }
         if (state->status != StepStatus::kDispatched) {
-            Ignore("the " + std::string(ToString(phase)) + " of step '" + step_name + "' is already answered");
+            const std::string what = "the " + std::string(ToString(phase)) + " of step '" + step_name + "'";
+            if (state->cancelled) {
+                Ignore(what +
+                       " was cancelled while in flight and is treated as done, then compensated: this late "
+                       "event changes nothing");
+            } else if (state->outcome_unknown) {
+                Ignore(what +
+                       " timed out on its last attempt and is treated as done, then compensated: this late "
+                       "event changes nothing");
+            } else {
+                Ignore(what + " is already answered");
+            }
             return nullptr;
         }
         return state;

@@ -79,7 +79,7 @@ class Consumer::Impl {
         consumer_properties_.try_emplace("statistics.interval.ms", "1000");
         consumer_ = MakeConsumer();  // a configuration error stops the constructor here
 
-        dead_letter_properties_ = options_.properties;
+        dead_letter_properties_ = WithoutConsumerProperties(options_.properties);
         dead_letter_properties_["bootstrap.servers"] = options_.brokers;
         dead_letter_properties_["enable.idempotence"] = "true";
         dead_letter_properties_["acks"] = "all";

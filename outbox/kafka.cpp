@@ -68,3 +68,41 @@ int KeyPartition(std::string_view key, int partitions) {
 }
 
 }  // namespace sagaflow::outbox
+
+namespace sagaflow::outbox {
+
+KafkaProperties WithoutConsumerProperties(KafkaProperties properties) {
+    // librdkafka 2.0's CONFIGURATION.md, the properties marked C (consumer) only.
+    static const char* const kConsumerOnly[] = {"group.id",
+                                                "group.instance.id",
+                                                "partition.assignment.strategy",
+                                                "session.timeout.ms",
+                                                "heartbeat.interval.ms",
+                                                "group.protocol.type",
+                                                "coordinator.query.interval.ms",
+                                                "max.poll.interval.ms",
+                                                "enable.auto.commit",
+                                                "auto.commit.enable",
+                                                "auto.commit.interval.ms",
+                                                "enable.auto.offset.store",
+                                                "queued.min.messages",
+                                                "queued.max.messages.kbytes",
+                                                "fetch.wait.max.ms",
+                                                "fetch.message.max.bytes",
+                                                "max.partition.fetch.bytes",
+                                                "fetch.max.bytes",
+                                                "fetch.min.bytes",
+                                                "fetch.error.backoff.ms",
+                                                "offset.store.method",
+                                                "offset.store.path",
+                                                "offset.store.sync.interval.ms",
+                                                "isolation.level",
+                                                "enable.partition.eof",
+                                                "check.crcs",
+                                                "auto.offset.reset",
+                                                "consume.callback.max.messages"};
+    for (const char* key : kConsumerOnly) properties.erase(key);
+    return properties;
+}
+
+}  // namespace sagaflow::outbox

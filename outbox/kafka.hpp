@@ -35,4 +35,9 @@ int KeyPartition(std::string_view key, int partitions);
 // nullopt when it takes it. Checks the property alone, as the configuration file is read.
 std::optional<std::string> KafkaPropertyError(const std::string& key, const std::string& value);
 
+// `properties` without the ones librdkafka documents as consumer-only (group.id,
+// group.instance.id, session.timeout.ms, fetch.*, ...): what a producer beside a consumer (its
+// dead letters) takes from the consumer's settings, so librdkafka does not warn that it ignores them.
+KafkaProperties WithoutConsumerProperties(KafkaProperties properties);
+
 }  // namespace sagaflow::outbox

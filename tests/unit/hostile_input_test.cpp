@@ -11,6 +11,7 @@
 #include "core/definition_loader.hpp"
 #include "core/text_scan.hpp"
 #include "outbox/event.hpp"
+#include "outbox/kafka.hpp"
 
 using sagaflow::JsonRefusal;
 using sagaflow::ReadJson;
@@ -234,4 +235,12 @@ TEST_CASE("a Kafka record nested 100,000 deep is refused with a reason, in both 
     CHECK(reason.find("deeper than 64 levels") != std::string::npos);
     CHECK_FALSE(sagaflow::outbox::ParseKafkaRecord(R"({"outcome":"success","outcome":"failure"})", binary, reason));
     CHECK(reason.find("twice") != std::string::npos);
+}
+
+TEST_CASE("the dead-letter producer beside a consumer gets no consumer-only property (no librdkafka warning)") {
+    const auto producer = sagaflow::outbox::WithoutConsumerProperties({{"group.instance.id", "engine-1"},
+                                                                       {"session.timeout.ms", "6000"},
+                                                                       {"security.protocol", "ssl"},
+                                                                       {"client.id", "x"}});
+    CHECK(producer == sagaflow::outbox::KafkaProperties{{"client.id", "x"}, {"security.protocol", "ssl"}});
 }

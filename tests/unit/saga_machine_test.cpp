@@ -153,7 +153,9 @@ TEST_CASE("timeouts: durable retries with backoff and the same command, then com
     CHECK(refund.step_name == "charge-payment");
     CHECK(refund.phase == Phase::kCompensation);
     // The late answer of the charge changes nothing: its compensation is under way.
-    CHECK(run(Ok("charge-payment", {}, 3)).ignored == "the action of step 'charge-payment' is already answered");
+    CHECK(run(Ok("charge-payment", {}, 3)).ignored ==
+          "the action of step 'charge-payment' timed out on its last attempt and is treated as done, then "
+          "compensated: this late event changes nothing");
     CHECK(OnlyDispatch(run(CompOk("charge-payment"))).step_name == "create-order");
     CHECK(FinishedAs(run(CompOk("create-order"))) == SagaStatus::kCompensated);
     CHECK(run(Ok("charge-payment", {}, 3)).ignored == "the saga is already compensated");
@@ -291,7 +293,9 @@ TEST_CASE("cancel: before the point of no return the step in flight and the comp
         CHECK(charge->outcome_unknown);
         CHECK(charge->cancelled);
         // The charge's late answer changes nothing: its refund is under way.
-        CHECK(run(Ok("charge-payment")).ignored == "the action of step 'charge-payment' is already answered");
+        CHECK(run(Ok("charge-payment")).ignored ==
+              "the action of step 'charge-payment' was cancelled while in flight and is treated as done, then "
+              "compensated: this late event changes nothing");
         CHECK(run(Cancel{"again"}).ignored == "the saga is already compensating");
         CHECK(OnlyDispatch(run(CompOk("charge-payment"))).step_name == "create-order");
         CHECK(FinishedAs(run(CompOk("create-order"))) == SagaStatus::kCompensated);
@@ -306,7 +310,8 @@ TEST_CASE("cancel: before the point of no return the step in flight and the comp
         CHECK(undo.phase == Phase::kCompensation);
         CHECK_FALSE(run.state.Find("create-order", Phase::kAction)->awaiting_retry);
         CHECK(run(RetryDue{"create-order", Phase::kAction, 2}).ignored ==
-              "the action of step 'create-order' is already answered");
+              "the action of step 'create-order' was cancelled while in flight and is treated as done, then "
+              "compensated: this late event changes nothing");
         CHECK(FinishedAs(run(CompOk("create-order"))) == SagaStatus::kCompensated);
     }
     SUBCASE("a retriable step in flight: refused, the saga runs on") {

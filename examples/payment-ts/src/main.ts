@@ -105,6 +105,24 @@ CREATE TABLE IF NOT EXISTS refund (
 
 // --- The protocol: docs/protocol.md, "What a participant must do with each command" -------------
 
+// sagaflow's readers refuse JSON nested deeper than this (docs/protocol.md); so does this service,
+// before anything recursive (JSON.stringify, the pg driver) touches the value.
+const MAX_JSON_DEPTH = 64;
+
+// How deeply arrays and objects nest in `value`, counted without recursion.
+function depthOf(value: unknown): number {
+  let deepest = 0;
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [item, depth] = stack.pop()!;
+    if (item === null || typeof item !== "object") continue;
+    deepest = Math.max(deepest, depth);
+    if (deepest > MAX_JSON_DEPTH) return deepest;
+    for (const child of Object.values(item as Record<string, unknown>)) stack.push([child, depth + 1]);
+  }
+  return deepest;
+}
+
 class Participant {
   private readonly commandsTopic: string;
   private readonly group: string;
@@ -169,6 +187,9 @@ class Participant {
       throw new Error("not a saga command: sagaid, stepname and phase (action or compensation) are required");
     }
     const data = typeof event.data === "string" ? JSON.parse(event.data) : event.data;
+    if (depthOf(data) > MAX_JSON_DEPTH) {
+      throw new Error(`data nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels`);
+    }
     return {
       id: event.id,
       type: event.type,
