@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/text_scan.hpp"
 #include "outbox/admin.hpp"
 #include "outbox/consumer.hpp"
 #include "outbox/relay.hpp"
@@ -214,7 +215,7 @@ class Participant::Impl {
             null_compensations_ += pending_.null_compensations;
             refused_late_actions_ += pending_.refused_late_actions;
             retries_ += pending_.retries;
-            for (const auto& warning : pending_.warnings) spdlog::warn("{}", warning);
+            for (const auto& warning : pending_.warnings) spdlog::warn("{}", text::EscapeControl(warning));
             pending_ = {};
         };
         options.companion = StoredRowsRead;
@@ -366,7 +367,7 @@ class Participant::Impl {
                 fmt::format("participant {}: event {} ({}) is not a saga command (sagaid, stepname, phase); ignored",
                             config_.name,
                             e.id,
-                            e.type));
+                            text::Quote(e.type)));
             return;
         }
         const Command command{e.saga_id, e.step_name, e.phase, e.type, e.id, e.data, e.traceparent, e.tracestate};

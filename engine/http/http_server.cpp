@@ -479,7 +479,7 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
     const auto& m = request.message;
     const auto route = Resolve(std::string(m.method_string()), request.path);
     if (!route.endpoint && route.allow.empty() && !route.api) {
-        return Problem(404, "not-found", "Not found", "no resource at " + request.path);
+        return Problem(404, "not-found", "Not found", "no resource at " + text::Quote(request.path, 200));
     }
     // Under /v1, with tokens configured, a bearer token names the client before anything else.
     std::string client;
@@ -498,7 +498,8 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
         r.headers.emplace_back("Allow", route.allow);
         return r;
     }
-    if (!route.endpoint) return Problem(404, "not-found", "Not found", "no resource at " + request.path);
+    if (!route.endpoint)
+        return Problem(404, "not-found", "Not found", "no resource at " + text::Quote(request.path, 200));
     // Without tokens everyone is an operator on a loopback address only.
     const bool operator_allowed = config_.http.tokens.empty() ? loopback_ : client.rfind("operator", 0) == 0;
     if (route.operator_only && !operator_allowed) {
@@ -553,7 +554,7 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
         case Endpoint::kConsole:
             return Console(id);
     }
-    return Problem(404, "not-found", "Not found", "no resource at " + request.path);
+    return Problem(404, "not-found", "Not found", "no resource at " + text::Quote(request.path, 200));
 }
 
 // GET /v1/sagas?status=&type=&cursor=&limit=: a page, newest first.
@@ -813,7 +814,8 @@ HttpServer::Response HttpServer::CancelSaga(const Request& request,
 HttpServer::Response HttpServer::StartSaga(const Request& request, const std::string& type, const std::string& client) {
     const auto& m = request.message;
     if (!ValidSagaType(type) || !sagas_.Knows(type)) {
-        return Problem(404, "unknown-saga-type", "Unknown saga type", "no saga type '" + type + "' is registered");
+        return Problem(
+            404, "unknown-saga-type", "Unknown saga type", "no saga type " + text::Quote(type, 64) + " is registered");
     }
     if (auto problem = Repeated(request, {"Idempotency-Key", "Content-Type"})) return std::move(*problem);
     const auto key_field = m.find("Idempotency-Key");

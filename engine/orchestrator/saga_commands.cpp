@@ -348,7 +348,7 @@ std::optional<StartResult> SagaCommands::Refusal(const std::string& type,
     StartResult result;
     if (!definition) {
         result.status = StartResult::Status::kUnknownType;
-        result.message = "no saga type '" + type + "' is registered";
+        result.message = "no saga type " + text::Quote(type, 64) + " is registered";
         return result;
     }
     result.errors = ValidateInput(*definition, input);

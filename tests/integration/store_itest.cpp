@@ -629,6 +629,10 @@ TEST_CASE("a password never appears in errors or redacted URLs") {
     CHECK(RedactUrl("host=db user=app password=hunter2 dbname=x") == "host=db user=app password=*** dbname=x");
     CHECK(RedactUrl("postgresql://app@db/x?password=hunter2&sslmode=require") ==
           "postgresql://app@db/x?password=***&sslmode=require");
+    CHECK(RedactUrl("host=db password = 'sec ret' user=x") == "host=db password = '***' user=x");
+    CHECK(RedactUrl("host=db mypassword=x") == "host=db mypassword=x");  // another key
+    // A megabyte of URL (std::regex, which this replaced, overflowed its stack on it).
+    CHECK(RedactUrl("postgresql://app:" + std::string(1'000'000, 'p') + "@db/x") == "postgresql://app:***@db/x");
     std::string error;
     try {
         ConnectOnce("postgresql://app:hunter2@127.0.0.1:1/x?connect_timeout=2");
