@@ -654,6 +654,14 @@ const std::vector<ConfigKey>& Keys() {
             "`topic_partitions` (topics sagaflow creates)",
             [](C& c, long long n) { c.engine.topic_partitions = c.participant.topic_partitions = static_cast<int>(n); },
             [](const C& c) { return c.engine.topic_partitions; }),
+        IntegerKey(
+            "kafka",
+            "max_json_depth",
+            2,
+            1000,
+            "`max_json_depth`: records (replies, commands) whose JSON nests deeper are dead-lettered unread",
+            [](C& c, long long n) { c.engine.max_json_depth = c.participant.max_json_depth = static_cast<int>(n); },
+            [](const C& c) { return c.engine.max_json_depth; }),
         BoolKey(
             "kafka",
             "create_topics",

@@ -172,6 +172,7 @@ class Engine::Impl {
             for (const auto& [key, value] : config_.consumer_properties) consumer_options.properties[key] = value;
             // A named instance joins under its name; otherwise the consumer derives a stable id.
             consumer_options.static_membership = config_.static_membership;
+            consumer_options.json_limits.max_depth = config_.max_json_depth;
             if (config_.static_membership && named_instance_) {
                 consumer_options.properties.try_emplace("group.instance.id", config_.instance_id);
             }

@@ -69,6 +69,8 @@ struct EngineConfig {
     std::map<std::string, std::string> kafka_properties;  // librdkafka properties (TLS, SASL, ...)
     // Extra librdkafka properties of the reply consumer only (session.timeout.ms, ...).
     std::map<std::string, std::string> consumer_properties;
+    // Replies whose JSON nests arrays and objects deeper are dead-lettered unread (docs/protocol.md).
+    int max_json_depth = 64;
     // Static group membership (KIP-345): the reply consumer joins under a stable id — `instance_id`
     // when it is set, else "<hostname>-<slot>" (outbox/membership.hpp) — so a restarted engine gets
     // its partitions back at once instead of after a rebalance. False: a dynamic member.

@@ -274,7 +274,7 @@ class Consumer::Impl {
             ++metrics_.consumed;
             Record record;
             const std::string_view value(static_cast<const char*>(message->payload), message->len);
-            if (auto event = ParseKafkaRecord(value, HeadersOf(message.get()), record.reason)) {
+            if (auto event = ParseKafkaRecord(value, HeadersOf(message.get()), record.reason, options_.json_limits)) {
                 record.inbound = InboundEvent{TopicOf(message.get()),
                                               message->partition,
                                               message->offset,

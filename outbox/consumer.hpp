@@ -84,6 +84,8 @@ struct ConsumerOptions {
     int batch_size = 200;
     std::chrono::milliseconds batch_wait{20};  // at most this long filling a batch from records already there
     int max_handler_attempts = 5;
+    // Records are read within these (core/bounded_json.hpp); beyond them, dead-lettered unread.
+    JsonLimits json_limits;
     // Static membership under a stable id (outbox/membership.hpp): unless `properties` name a
     // group.instance.id, one is derived per host and slot. False: a dynamic member.
     bool static_membership = true;

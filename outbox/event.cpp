@@ -79,7 +79,8 @@ bool IsJsonMediaType(const std::string& type) {
 std::optional<CloudEvent> ParseBinary(std::string_view value,
                                       const RecordHeaders& headers,
                                       const std::optional<std::string>& content_type,
-                                      std::string& reason) {
+                                      std::string& reason,
+                                      const JsonLimits& limits) {
     const auto header = [&](const char* name) -> std::string {
         const auto it = headers.find(std::string("ce_") + name);
         return it == headers.end() ? std::string() : it->second;
@@ -97,7 +98,7 @@ std::optional<CloudEvent> ParseBinary(std::string_view value,
     if (!event) return std::nullopt;
     if (value.empty()) return event;  // no data: an empty object
     JsonRefusal refusal;
-    auto data = ReadJson(value, refusal);
+    auto data = ReadJson(value, limits, refusal);
     if (!data) {
         reason = refusal.kind == JsonRefusal::Kind::kSyntax
                      ? "binary-mode CloudEvent whose data (the record value) is not JSON"
@@ -110,9 +111,9 @@ std::optional<CloudEvent> ParseBinary(std::string_view value,
 
 }  // namespace
 
-std::optional<CloudEvent> ParseCloudEvent(std::string_view value, std::string& reason) {
+std::optional<CloudEvent> ParseCloudEvent(std::string_view value, std::string& reason, const JsonLimits& limits) {
     JsonRefusal refusal;
-    auto parsed = ReadJson(value, refusal);
+    auto parsed = ReadJson(value, limits, refusal);
     if (!parsed) {
         reason = refusal.kind == JsonRefusal::Kind::kSyntax ? "not JSON" : "refused: " + refusal.message;
         return std::nullopt;
@@ -136,7 +137,10 @@ std::optional<CloudEvent> ParseCloudEvent(std::string_view value, std::string& r
     return event;
 }
 
-std::optional<CloudEvent> ParseKafkaRecord(std::string_view value, const RecordHeaders& headers, std::string& reason) {
+std::optional<CloudEvent> ParseKafkaRecord(std::string_view value,
+                                           const RecordHeaders& headers,
+                                           std::string& reason,
+                                           const JsonLimits& limits) {
     std::optional<std::string> content_type;
     if (const auto it = headers.find("content-type"); it != headers.end()) content_type = it->second;
     const std::string media = content_type ? MediaType(*content_type) : std::string();
@@ -146,9 +150,9 @@ std::optional<CloudEvent> ParseKafkaRecord(std::string_view value, const RecordH
                      ": sagaflow reads application/cloudevents+json";
             return std::nullopt;
         }
-        return ParseCloudEvent(value, reason);
+        return ParseCloudEvent(value, reason, limits);
     }
-    if (headers.count("ce_specversion") != 0) return ParseBinary(value, headers, content_type, reason);
+    if (headers.count("ce_specversion") != 0) return ParseBinary(value, headers, content_type, reason, limits);
     if (content_type && !IsJsonMediaType(media)) {
         reason = "not a CloudEvent: content-type " + text::Quote(*content_type) +
                  " and no ce_specversion header; send structured mode (content-type "
@@ -156,7 +160,7 @@ std::optional<CloudEvent> ParseKafkaRecord(std::string_view value, const RecordH
         return std::nullopt;
     }
     // No content-type (or a JSON one) and no ce_ headers: a structured value whose header was left off.
-    auto event = ParseCloudEvent(value, reason);
+    auto event = ParseCloudEvent(value, reason, limits);
     if (!event && reason.rfind("not a CloudEvent: specversion", 0) == 0) {
         reason =
             "not a CloudEvent: no specversion in the value (structured mode) and no ce_specversion header "

@@ -5,9 +5,11 @@
 // mode (attributes in `ce_*` headers, the value is the data, `content-type` the data's type).
 
 #include <map>
+
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include "core/bounded_json.hpp"
 
 namespace sagaflow::outbox {
 
@@ -33,7 +35,7 @@ struct CloudEvent {
 
 // Parses and checks a structured-mode record value. On failure returns nullopt and puts the reason
 // (for the DLQ header) in `reason`.
-std::optional<CloudEvent> ParseCloudEvent(std::string_view value, std::string& reason);
+std::optional<CloudEvent> ParseCloudEvent(std::string_view value, std::string& reason, const JsonLimits& limits = {});
 
 // A Kafka record's headers by name (the last of a repeated name).
 using RecordHeaders = std::map<std::string, std::string, std::less<>>;
@@ -42,7 +44,10 @@ using RecordHeaders = std::map<std::string, std::string, std::less<>>;
 // and a JSON value with specversion) is structured; a `ce_specversion` header is binary mode, whose
 // data must be JSON (content-type absent, application/json or any +json type). Anything else fails
 // with a reason that says which mode was seen and what sagaflow expects.
-std::optional<CloudEvent> ParseKafkaRecord(std::string_view value, const RecordHeaders& headers, std::string& reason);
+std::optional<CloudEvent> ParseKafkaRecord(std::string_view value,
+                                           const RecordHeaders& headers,
+                                           std::string& reason,
+                                           const JsonLimits& limits = {});
 
 // W3C Trace Context: a traceparent of version 00 ("00-" 32 hex "-" 16 hex "-" 2 hex, lowercase, ids
 // not all zeros) or of a later version (its first four fields in that form); a tracestate of up to

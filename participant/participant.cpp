@@ -199,6 +199,7 @@ class Participant::Impl {
         options.properties = config_.kafka_properties;
         for (const auto& [key, value] : config_.consumer_properties) options.properties[key] = value;
         options.static_membership = config_.static_membership;
+        options.json_limits.max_depth = config_.max_json_depth;
         // Each handler runs in a savepoint of its own: a transaction whose subtransactions that
         // wrote number more than 64 (PostgreSQL's PGPROC_MAX_CACHED_SUBXIDS) overflows the
         // backend's cache of them, and while it runs every other session's snapshot has to look

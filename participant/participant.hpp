@@ -101,6 +101,8 @@ struct ParticipantConfig {
     // Extra librdkafka properties of the command consumer only (session.timeout.ms,
     // group.instance.id for static membership, ...).
     std::map<std::string, std::string> consumer_properties;
+    // Commands whose JSON nests arrays and objects deeper are dead-lettered unread (docs/protocol.md).
+    int max_json_depth = 64;
     std::string replies_topic = "sagaflow.replies";
     std::string consumer_group;  // default: "sagaflow-participant-<name>"
     // Static group membership under a stable id: group.instance.id from consumer_properties, else

@@ -244,3 +244,22 @@ TEST_CASE("the dead-letter producer beside a consumer gets no consumer-only prop
                                                                        {"client.id", "x"}});
     CHECK(producer == sagaflow::outbox::KafkaProperties{{"client.id", "x"}, {"security.protocol", "ssl"}});
 }
+
+TEST_CASE("the depth limits come from the configuration: http.max_json_depth and kafka.max_json_depth") {
+    const auto result =
+        sagaflow::LoadConfigString("kafka: {max_json_depth: 10}\nhttp: {max_json_depth: 12}\n", "c.yaml", {}, ".");
+    REQUIRE(result.config);
+    CHECK(result.config->engine.max_json_depth == 10);
+    CHECK(result.config->participant.max_json_depth == 10);
+    CHECK(result.config->engine.http.max_json_depth == 12);
+    CHECK_FALSE(sagaflow::LoadConfigString("kafka: {max_json_depth: 1}\n", "c.yaml", {}, ".").config);
+
+    std::string reason;
+    const sagaflow::outbox::RecordHeaders binary{{"ce_specversion", "1.0"},
+                                                 {"ce_id", "00000000-0000-4000-8000-000000000001"},
+                                                 {"ce_type", "t"},
+                                                 {"ce_source", "s"}};
+    CHECK(sagaflow::outbox::ParseKafkaRecord(R"({"a":[[1]]})", binary, reason, {1 << 20, 3}));
+    CHECK_FALSE(sagaflow::outbox::ParseKafkaRecord(R"({"a":[[[1]]]})", binary, reason, {1 << 20, 3}));
+    CHECK(reason.find("deeper than 3 levels") != std::string::npos);
+}
