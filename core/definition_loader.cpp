@@ -42,6 +42,10 @@ constexpr int kMaxSchemaDepth = 8;
 constexpr int kMaxSchemaFields = 1000;
 constexpr int kMaxTemplateDepth = 16;
 constexpr int kMaxTemplateNodes = 4096;  // per template; aliases cannot blow it up
+// In all templates and defaults of a file together, each use of an alias counted again: a step
+// list of aliases of one large step would otherwise be read once per alias.
+constexpr int kMaxDocumentNodes = 65'536;
+constexpr std::size_t kMaxSteps = 256;
 
 // Names appear in URLs, topic names and SQL rows: keep them to a safe, readable alphabet.
 bool ValidName(std::string_view s) {
@@ -96,6 +100,7 @@ class Loader : public detail::YamlReader {
     void CheckSafety(const SagaDefinition& saga);
 
     int schema_fields_left_ = kMaxSchemaFields;
+    int document_nodes_left_ = kMaxDocumentNodes;
     std::vector<YAML::Mark> step_marks_;
     std::vector<bool> checkable_;
     // Per step: the mark of every path expression in its send/save/compensation, for references.
@@ -282,6 +287,15 @@ std::optional<nlohmann::json> Loader::ToJson(const YAML::Node& node, const std::
         }
         return std::nullopt;
     }
+    if (--document_nodes_left_ < 0) {
+        if (document_nodes_left_ == -1) {
+            Error(node.Mark(),
+                  path,
+                  "the definition's templates and defaults hold more than " + std::to_string(kMaxDocumentNodes) +
+                      " nodes (each use of a YAML alias counts again); write smaller templates");
+        }
+        return std::nullopt;
+    }
     if (depth > kMaxTemplateDepth) {
         Error(node.Mark(), path, "value nested deeper than " + std::to_string(kMaxTemplateDepth) + " levels");
         return std::nullopt;
@@ -434,10 +448,11 @@ bool Loader::ReadSend(const Fields& fields, const std::string& path, StepDefinit
     }
     int budget = kMaxTemplateNodes;
     auto send = ToJson(s->second.value, Join(path, "send"), 0, budget);
-    if (send) step.action.send = std::move(*send);
+    if (!send) return false;  // its paths are not checked: the template was refused whole
+    step.action.send = std::move(*send);
     int collect_budget = kMaxTemplateNodes;
     CollectPaths(s->second.value, Join(path, "send"), expressions_.back(), kRoleSend, 0, collect_budget);
-    return send.has_value();
+    return true;
 }
 
 bool Loader::ReadSave(const Fields& fields, const std::string& path, StepDefinition& step) {
@@ -758,6 +773,11 @@ LoadResult Loader::Run(std::string_view text) {
               "expected a list of steps, found " + std::string(KindOfNode(steps->second.value)));
     } else if (steps->second.value.size() == 0) {
         Error(MarkOf(steps->second), "steps", "the step list is empty: a saga needs at least one step");
+    } else if (steps->second.value.size() > kMaxSteps) {
+        Error(MarkOf(steps->second),
+              "steps",
+              "the step list has " + std::to_string(steps->second.value.size()) + " steps, more than " +
+                  std::to_string(kMaxSteps) + ": split the saga");
     } else {
         std::size_t i = 0;
         for (const auto& step : steps->second.value) {

@@ -195,6 +195,36 @@ TEST_CASE("an input schema whose fields are aliases of the level below is refuse
     MESSAGE("refused in " << Seconds(start));
 }
 
+TEST_CASE("a step list of aliases of one large step is refused, not read once per alias") {
+    std::string send = "{";
+    for (int k = 0; k < 60; ++k) {
+        send += (k ? ", k" : "k") + std::to_string(k) + ": [";
+        for (int v = 0; v < 60; ++v) send += v ? ", $.input.x" : "$.input.x";
+        send += "]";
+    }
+    send += "}";
+    const std::string head =
+        "saga: s\nversion: 1\ninput:\n  x: {type: string}\nsteps:\n  - &s {name: a, participant: p, "
+        "kind: retriable, command: A.v1, send: " +
+        send + "}\n";
+    std::string many = head;
+    for (int i = 0; i < 20'000; ++i) many += "  - *s\n";
+    const auto start = std::chrono::steady_clock::now();
+    auto result = sagaflow::LoadDefinitionString(many, "t.yaml");
+    REQUIRE_FALSE(result.definition);
+    CHECK(result.diagnostics.front().ToString().find("20001 steps, more than 256") != std::string::npos);
+    // Within the step cap, the nodes of all templates together are bounded.
+    std::string fewer = head;
+    for (int i = 0; i < 200; ++i) fewer += "  - *s\n";
+    result = sagaflow::LoadDefinitionString(fewer, "t.yaml");
+    REQUIRE_FALSE(result.definition);
+    bool named = false;
+    for (const auto& d : result.diagnostics)
+        named = named || d.ToString().find("more than 65536 nodes") != std::string::npos;
+    CHECK(named);
+    MESSAGE("both refused in " << Seconds(start));
+}
+
 TEST_CASE("a 250,000-letter listen address is refused with its value cut, from the file and from --http") {
     const std::string listen = std::string(250'000, 'a') + ":8080";
     const auto result = sagaflow::LoadConfigString("http: {listen: \"" + listen + "\"}\n", "c.yaml", {}, ".");
