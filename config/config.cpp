@@ -589,7 +589,7 @@ void ShowMap(YAML::Emitter& out, const std::map<std::string, std::string>& map, 
 
 const std::vector<ConfigKey>& Keys() {
     constexpr auto kTopic = &text::IsTopicName;
-    constexpr auto kName = [](std::string_view s) { return text::IsKebabName(s); };
+    constexpr bool (*kName)(std::string_view) = &text::IsKebabName;
     constexpr auto kSchema = &text::IsSqlName;
     using C = Config;
     static const std::vector<ConfigKey> kKeys{

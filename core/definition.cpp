@@ -1,10 +1,10 @@
 #include "core/definition.hpp"
 
-#include "core/text_scan.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+
+#include "core/text_scan.hpp"
 
 namespace sagaflow {
 
@@ -132,10 +132,6 @@ const StepDefinition* SagaDefinition::FindStep(std::string_view step_name) const
 
 namespace {
 
-bool IsDecimal(const std::string& text) {
-    return text::IsDecimal(text);
-}
-
 void ValidateField(const FieldSchema& field,
                    nlohmann::json& value,
                    const std::string& path,
@@ -155,7 +151,7 @@ void ValidateField(const FieldSchema& field,
             }
             break;
         case FieldType::kDecimal:
-            if (!value.is_string() || !IsDecimal(value.get<std::string>())) {
+            if (!value.is_string() || !text::IsDecimal(value.get_ref<const std::string&>())) {
                 fail("must be a decimal number written as a string, e.g. \"10.50\"");
             }
             break;

@@ -46,11 +46,8 @@ constexpr int kMaxTemplateNodes = 4096;  // per template; aliases cannot blow it
 // list of aliases of one large step would otherwise be read once per alias.
 constexpr int kMaxDocumentNodes = 65'536;
 constexpr std::size_t kMaxSteps = 256;
-
 // Names appear in URLs, topic names and SQL rows: keep them to a safe, readable alphabet.
-bool ValidName(std::string_view s) {
-    return text::IsKebabName(s);
-}
+constexpr bool (*kValidName)(std::string_view) = &text::IsKebabName;
 
 using detail::FormatDuration;
 using detail::Join;
@@ -504,8 +501,8 @@ void Loader::ReadStep(const YAML::Node& node, const std::string& path, SagaDefin
     if (fields) {
         const YAML::Mark mark = node.Mark();
         constexpr std::string_view kNameHint = "lowercase letters, digits and '-', starting with a letter";
-        auto name = String(*fields, "name", path, mark, true, &ValidName, kNameHint);
-        auto participant = String(*fields, "participant", path, mark, true, &ValidName, kNameHint);
+        auto name = String(*fields, "name", path, mark, true, kValidName, kNameHint);
+        auto participant = String(*fields, "participant", path, mark, true, kValidName, kNameHint);
         auto command = String(*fields,
                               "command",
                               path,
@@ -731,7 +728,7 @@ LoadResult Loader::Run(std::string_view text) {
                            "",
                            root.Mark(),
                            true,
-                           &ValidName,
+                           kValidName,
                            "lowercase letters, digits and '-', starting with a letter (it appears in URLs)")) {
         saga.name = *name;
     }

@@ -29,6 +29,10 @@ bool IsKebabName(std::string_view s, std::size_t max_length) {
     return Word(s, max_length, Lower, [](char c) { return Lower(c) || Digit(c) || c == '-'; });
 }
 
+bool IsKebabName(std::string_view s) {
+    return IsKebabName(s, 63);
+}
+
 bool IsFieldName(std::string_view s) {
     return Word(
         s, 63, [](char c) { return Letter(c) || c == '_'; }, [](char c) { return Letter(c) || Digit(c) || c == '_'; });

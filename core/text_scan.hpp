@@ -10,8 +10,11 @@
 
 namespace sagaflow::text {
 
-// [a-z][a-z0-9-]{0,max_length-1}: saga types, participant and step names.
-bool IsKebabName(std::string_view s, std::size_t max_length = 63);
+// [a-z][a-z0-9-]{0,62}: saga types, participant and step names (the one-argument form is the
+// function pointer the YAML readers take).
+bool IsKebabName(std::string_view s);
+// The same with another length limit.
+bool IsKebabName(std::string_view s, std::size_t max_length);
 // [A-Za-z_][A-Za-z0-9_]{0,62}: input fields and data keys.
 bool IsFieldName(std::string_view s);
 // [A-Za-z][A-Za-z0-9_]{0,62}(\.v[0-9]{1,9})?: command types such as ChargePayment.v1.

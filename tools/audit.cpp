@@ -175,9 +175,10 @@ AuditCheck ApplyOnce(pqxx::transaction_base& tx, const std::vector<std::string>&
 
 // A saga pruned from the engine's history (sagaflow prune, history retention) leaves its
 // participants' records behind; it was finished and unchanged for at least the shortest history
-// horizon (engine/repository/retention.hpp, kMinHistoryRetention), so a record newer than that
-// belongs to a saga the engine never started. Older ones are counted as a warning.
-constexpr int kPrunableAfterHours = 72;
+// horizon, which is the longest deduplication TTL (engine/repository/retention.hpp,
+// kMinHistoryRetention), so a record newer than that belongs to a saga the engine never started.
+// Older ones are counted as a warning.
+constexpr auto kPrunableAfterHours = store::kMaxTtl.count();
 
 AuditCheck KnownSaga(pqxx::transaction_base& tx,
                      const std::vector<std::string>& participant_schemas,

@@ -51,8 +51,7 @@ std::string_view KindOfNode(const YAML::Node& node) {
 
 std::string Join(const std::string& path, std::string_view key) {
     // A key is echoed in every message under it: a long or hostile one is cut and escaped.
-    const std::string shown =
-        key.size() <= 64 && text::EscapeControl(key) == key ? std::string(key) : text::Quote(key, 64, false);
+    const std::string shown = text::Quote(key, 64, false);
     return path.empty() ? shown : path + "." + shown;
 }
 

@@ -106,6 +106,14 @@ JsonLimits JsonLimitsOf(const HttpConfig& http) {
     return {http.max_body_bytes, http.max_json_depth};
 }
 
+// Sagas started over HTTP carry "<client>:<Idempotency-Key>" as their key (StartSaga), so the
+// client that started one is its key's prefix; a client name holds no ':' (checked at start).
+bool StartedBy(const SagaView& saga, const std::string& client) {
+    const auto& key = saga.idempotency_key;
+    return !client.empty() && key.size() > client.size() && key.compare(0, client.size(), client) == 0 &&
+           key[client.size()] == ':';
+}
+
 Response UnsupportedMediaType() {
     return Problem(415, "unsupported-media-type", "Unsupported media type", "send Content-Type: application/json");
 }
@@ -179,14 +187,6 @@ const std::string* HttpServer::FindToken(const std::string& presented) const {
         if (difference == 0) found = &client;
     }
     return found;
-}
-
-// Sagas started over HTTP carry "<client>:<Idempotency-Key>" as their key (StartSaga), so the
-// client that started one is its key's prefix; a client name holds no ':' (checked at start).
-bool HttpServer::Visible(const SagaView& saga, bool visible_to_all, const std::string& client) const {
-    if (visible_to_all || config_.http.tokens.empty()) return true;
-    return !client.empty() && saga.idempotency_key.size() > client.size() &&
-           saga.idempotency_key.compare(0, client.size(), client) == 0 && saga.idempotency_key[client.size()] == ':';
 }
 
 HttpServer::HttpServer(asio::io_context& io,
@@ -512,6 +512,10 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
         }
         return Problem(403, "forbidden", "Forbidden", "client '" + client + "' may not do this; operators may");
     }
+    // With tokens a client reads only the sagas it started (404 for the others, as for no saga);
+    // operators, and everyone where there are no tokens, read all.
+    const bool reads_all = config_.http.tokens.empty() || operator_allowed;
+    const auto may_read = [&](const SagaView& saga) { return reads_all || StartedBy(saga, client); };
     const std::string& id = route.argument;
     switch (*route.endpoint) {
         case Endpoint::kHealth:
@@ -527,13 +531,13 @@ HttpServer::Response HttpServer::Handle(const Request& request) {
         case Endpoint::kGetSaga: {
             const auto saga_id = SagaId::Parse(id);
             const auto saga = saga_id ? sagas_.Get(*saga_id) : std::nullopt;
-            if (!saga || !Visible(*saga, operator_allowed, client)) {
+            if (!saga || !may_read(*saga)) {
                 return Problem(404, "saga-not-found", "Saga not found", "no saga " + text::Quote(id, 64));
             }
             return Json(200, SagaJson(*saga));
         }
         case Endpoint::kSagaGraph:
-            return SagaGraph(request, id, operator_allowed, client);
+            return SagaGraph(request, id, may_read);
         case Endpoint::kRetrySaga: {
             const auto saga_id = SagaId::Parse(id);
             const auto result = saga_id ? sagas_.Retry(*saga_id) : SagaCommands::NoSaga<RetryResult>(id);
@@ -681,21 +685,13 @@ HttpServer::Response HttpServer::Console(const std::string& name) {
 // GET /v1/sagas/{id}/graph?format=mermaid|dot|svg
 HttpServer::Response HttpServer::SagaGraph(const Request& request,
                                            const std::string& saga_id,
-                                           bool visible_to_all,
-                                           const std::string& client) {
+                                           const std::function<bool(const SagaView&)>& may_read) {
     const auto it = request.query.find("format");
     const auto format = ParseGraphFormat(it == request.query.end() ? "mermaid" : it->second);
     if (!format) return Problem(400, "invalid-query", "Invalid query", "format must be mermaid, dot or svg");
     const auto id = SagaId::Parse(saga_id);
-    const auto not_found = [&] {
-        return Problem(404, "saga-not-found", "Saga not found", "no saga " + text::Quote(saga_id, 64));
-    };
-    if (id && !visible_to_all && !config_.http.tokens.empty()) {
-        const auto saga = sagas_.Get(*id);
-        if (!saga || !Visible(*saga, visible_to_all, client)) return not_found();
-    }
-    const auto graph = id ? sagas_.Graph(*id, *format) : std::nullopt;
-    if (!graph) return not_found();
+    const auto graph = id ? sagas_.Graph(*id, *format, may_read) : std::nullopt;
+    if (!graph) return Problem(404, "saga-not-found", "Saga not found", "no saga " + text::Quote(saga_id, 64));
     return {200, GraphMediaType(*format), *graph, {}};
 }
 

@@ -57,10 +57,7 @@ class HttpServer {
     Response ListSagas(const Request& request);
     Response SagaGraph(const Request& request,
                        const std::string& saga_id,
-                       bool visible_to_all,
-                       const std::string& client);
-    // Whether `client` may read `saga`: with tokens, a client sees only the sagas it started.
-    bool Visible(const SagaView& saga, bool visible_to_all, const std::string& client) const;
+                       const std::function<bool(const SagaView&)>& may_read);
     Response Metrics();
     Response Ready();
     Response Overview();

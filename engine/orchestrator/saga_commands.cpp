@@ -171,11 +171,13 @@ std::optional<SagaView> SagaCommands::Get(const SagaId& saga_id) {
     });
 }
 
-std::optional<std::string> SagaCommands::Graph(const SagaId& saga_id, GraphFormat format) {
+std::optional<std::string> SagaCommands::Graph(const SagaId& saga_id,
+                                               GraphFormat format,
+                                               const std::function<bool(const SagaView&)>& may_read) {
     return sagas_.Pool().RunBlocking([&](pqxx::connection& conn) -> std::optional<std::string> {
         pqxx::read_transaction tx{conn};
         const auto view = ReadSagaView(tx, saga_id.Text());
-        if (!view) return std::nullopt;
+        if (!view || (may_read && !may_read(*view))) return std::nullopt;
         const auto overlay = OverlayOf(*view);
         return RenderGraph(*sagas_.Definitions().Find(tx, view->saga_type, view->definition_hash), format, &overlay);
     });

@@ -5,6 +5,7 @@
 // record with the saga; a saga's deadline cancels it in the timer's transaction).
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -46,7 +47,10 @@ class SagaCommands {
 
     // Saga ids are parsed where they enter (Engine, HTTP): a text that is no UUID names no saga.
     std::optional<SagaView> Get(const SagaId& saga_id);
-    std::optional<std::string> Graph(const SagaId& saga_id, GraphFormat format);
+    // nullopt also when `may_read` (if given) refuses the saga: one read decides both.
+    std::optional<std::string> Graph(const SagaId& saga_id,
+                                     GraphFormat format,
+                                     const std::function<bool(const SagaView&)>& may_read = {});
     SagaPage List(const ListQuery& query);
     SagaOverview Overview();
     EngineGauges Gauges();
