@@ -100,6 +100,8 @@ nlohmann::json SagaDefinition::Canonical() const {
         s["compensation"] = step.compensation ? CommandJson(*step.compensation) : nlohmann::json();
         // Only when set, as the deadline below: existing definitions keep their hashes.
         if (step.start_timeout) s["startTimeoutMs"] = step.start_timeout->count();
+        if (step.after) s["after"] = *step.after;
+        if (step.when) s["when"] = ToJson(*step.when);
         steps_json.push_back(std::move(s));
     }
     nlohmann::json out{{"saga", name},

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/condition.hpp"
+
 namespace sagaflow {
 
 enum class StepKind {
@@ -65,6 +67,12 @@ struct StepDefinition {
     // past it the attempt times out as if the participant had had it. Unset: kDefaultStartTimeout.
     std::optional<std::chrono::milliseconds> start_timeout;
     RetryPolicy retry;
+    // The steps this one waits for (by name, sorted). Unset: the step listed before it (none for
+    // the first), so a list of steps without `after` is a straight line, as it always was.
+    std::optional<std::vector<std::string>> after;
+    // Run only if this holds when the steps it waits for are done; else skipped (never compensated,
+    // and its dependants treat it as done).
+    std::optional<Condition> when;
 
     static constexpr std::chrono::milliseconds kDefaultStartTimeout{10 * 60'000};
     std::chrono::milliseconds StartTimeout() const { return start_timeout.value_or(kDefaultStartTimeout); }

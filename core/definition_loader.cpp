@@ -10,6 +10,7 @@
 
 #include "core/canonical.hpp"
 #include "core/detail/yaml_reader.hpp"
+#include "core/step_graph.hpp"
 #include "core/text_scan.hpp"
 
 namespace sagaflow {
@@ -84,24 +85,40 @@ class Loader : public detail::YamlReader {
     std::optional<CommandSpec> ReadCompensation(const Entry& entry,
                                                 const std::string& path,
                                                 const nlohmann::json& action_send);
+    bool ReadAfter(const Fields& fields, const std::string& path, StepDefinition& step);
+    std::optional<Condition> ReadCondition(const YAML::Node& node,
+                                           const YAML::Mark& mark,
+                                           const std::string& path,
+                                           int depth);
 
     // --- checks over the whole saga ---
-    void CheckReferences(const SagaDefinition& saga);
-    void CheckPath(const std::string& expression,
-                   const YAML::Mark& mark,
-                   const std::string& path,
-                   const SagaDefinition& saga,
-                   std::size_t step_index,
-                   bool in_save,
-                   bool in_compensation);
-    void CheckSafety(const SagaDefinition& saga);
+    void ResolveAfter(SagaDefinition& saga);
+    void CheckReferences(const SagaDefinition& saga, const StepGraph& graph);
+    // Returns the input field the path names, when it names one.
+    const FieldSchema* CheckPath(const std::string& expression,
+                                 const YAML::Mark& mark,
+                                 const std::string& path,
+                                 const SagaDefinition& saga,
+                                 const StepGraph& graph,
+                                 std::size_t step_index,
+                                 int role);
+    void CheckConditionTypes(const Condition& condition,
+                             const FieldSchema& field,
+                             const YAML::Mark& mark,
+                             const std::string& path);
+    void CheckSafety(const SagaDefinition& saga, const StepGraph& graph);
 
     int schema_fields_left_ = kMaxSchemaFields;
+    int condition_budget_ = 0;
     int document_nodes_left_ = kMaxDocumentNodes;
     std::vector<YAML::Mark> step_marks_;
     std::vector<bool> checkable_;
     // Per step: the mark of every path expression in its send/save/compensation, for references.
     std::vector<std::vector<std::tuple<std::string, YAML::Mark, std::string, int>>> expressions_;
+    // Per step: the mark of `after` and of each name in it.
+    std::vector<std::vector<YAML::Mark>> after_marks_;
+    // Per step: each leaf of its condition with the leaf's mark and path.
+    std::vector<std::vector<std::tuple<Condition, YAML::Mark, std::string>>> condition_leaves_;
 };
 
 void Loader::ReadRetry(const Fields& fields,
@@ -371,6 +388,9 @@ void CollectPaths(const YAML::Node& node,
 constexpr int kRoleSend = 0;
 constexpr int kRoleSave = 1;
 constexpr int kRoleCompensation = 2;
+constexpr int kRoleWhen = 3;
+constexpr int kMaxConditionDepth = 8;
+constexpr int kMaxConditionNodes = 64;
 
 std::optional<CommandSpec> Loader::ReadCompensation(const Entry& entry,
                                                     const std::string& path,
@@ -484,14 +504,200 @@ bool Loader::ReadSave(const Fields& fields, const std::string& path, StepDefinit
     return ok;
 }
 
+bool Loader::ReadAfter(const Fields& fields, const std::string& path, StepDefinition& step) {
+    const auto a = fields.find("after");
+    if (a == fields.end()) return true;
+    const std::string after_path = Join(path, "after");
+    std::vector<YAML::Node> names;
+    if (a->second.value.IsScalar()) {
+        names.push_back(a->second.value);
+    } else if (a->second.value.IsSequence()) {
+        for (const auto& item : a->second.value) names.push_back(item);
+    } else {
+        Error(MarkOf(a->second),
+              after_path,
+              "expected a list of step names, found " + std::string(KindOfNode(a->second.value)) +
+                  " (e.g. after: [reserve-hotel, reserve-flight], or after: [] to start with the saga)");
+        return false;
+    }
+    std::vector<std::string> after;
+    after_marks_.back().push_back(MarkOf(a->second));
+    for (std::size_t i = 0; i < names.size(); ++i) {
+        const auto& node = names[i];
+        const std::string item_path = after_path + "[" + std::to_string(i) + "]";
+        if (!node.IsScalar() || !text::IsKebabName(node.Scalar())) {
+            Error(node.Mark(), item_path, "expected a step name (lowercase letters, digits and '-')");
+            return false;
+        }
+        if (std::find(after.begin(), after.end(), node.Scalar()) != after.end()) {
+            Error(node.Mark(), item_path, "step '" + node.Scalar() + "' is named twice: name each step once");
+            return false;
+        }
+        after.push_back(node.Scalar());
+        after_marks_.back().push_back(node.Mark());
+    }
+    step.after = std::move(after);
+    return true;
+}
+
+std::optional<Condition> Loader::ReadCondition(const YAML::Node& node,
+                                               const YAML::Mark& mark,
+                                               const std::string& path,
+                                               int depth) {
+    static const std::vector<std::string_view> kKeys{"path",
+                                                     "equals",
+                                                     "notEquals",
+                                                     "in",
+                                                     "exists",
+                                                     "greaterThan",
+                                                     "atLeast",
+                                                     "lessThan",
+                                                     "atMost",
+                                                     "all",
+                                                     "any",
+                                                     "not"};
+    constexpr std::string_view kForms =
+        "a condition is {path: $.input.x, equals: v} (or notEquals, in, exists, greaterThan, atLeast, lessThan, "
+        "atMost), {all: [..]}, {any: [..]} or {not: {..}}";
+    if (depth > kMaxConditionDepth || --condition_budget_ < 0) {
+        Error(mark,
+              path,
+              "the condition is nested deeper than " + std::to_string(kMaxConditionDepth) +
+                  " levels or has more than " + std::to_string(kMaxConditionNodes) +
+                  " parts: split it, or decide in a participant");
+        return std::nullopt;
+    }
+    const auto fields = Map(node, mark, path, kKeys);
+    if (!fields) return std::nullopt;
+    Condition c;
+    std::vector<std::string> ops;
+    for (const auto& [key, unused] : *fields) {
+        if (key != "path") ops.push_back(key);
+    }
+    if (ops.size() != 1) {
+        Error(mark,
+              path,
+              (ops.empty() ? std::string("no operator")
+                           : "operators " + text::Quote(ops[0]) + " and " + text::Quote(ops[1]) + " together") +
+                  ": " + std::string(kForms));
+        return std::nullopt;
+    }
+    c.op = *ParseConditionOp(ops[0]);
+    const Entry& operand = fields->at(ops[0]);
+    const std::string operand_path = Join(path, ops[0]);
+    if (!c.IsLeaf()) {
+        if (fields->count("path") != 0) {
+            Error(mark, path, "'" + ops[0] + "' combines conditions and takes no 'path': " + std::string(kForms));
+            return std::nullopt;
+        }
+        if (c.op == Condition::Op::kNot) {
+            auto inner = ReadCondition(operand.value, MarkOf(operand), operand_path, depth + 1);
+            if (!inner) return std::nullopt;
+            c.operands.push_back(std::move(*inner));
+            return c;
+        }
+        if (!operand.value.IsSequence() || operand.value.size() == 0) {
+            Error(MarkOf(operand), operand_path, "expected a non-empty list of conditions");
+            return std::nullopt;
+        }
+        std::size_t i = 0;
+        for (const auto& item : operand.value) {
+            auto inner = ReadCondition(item, item.Mark(), operand_path + "[" + std::to_string(i++) + "]", depth + 1);
+            if (!inner) return std::nullopt;
+            c.operands.push_back(std::move(*inner));
+        }
+        return c;
+    }
+    const auto p = fields->find("path");
+    if (p == fields->end()) {
+        Error(mark, path, "'" + ops[0] + "' compares the value at a path: add 'path:', e.g. path: $.input.insurance");
+        return std::nullopt;
+    }
+    if (!p->second.value.IsScalar() || p->second.value.Scalar().rfind("$.", 0) != 0) {
+        Error(MarkOf(p->second), Join(path, "path"), "expected a path such as $.input.insurance");
+        return std::nullopt;
+    }
+    c.path = p->second.value.Scalar();
+    int budget = kMaxTemplateNodes;
+    auto value = ToJson(operand.value, operand_path, 0, budget);
+    if (!value) return std::nullopt;
+    c.value = std::move(*value);
+    const auto scalar = [](const nlohmann::json& v) { return v.is_string() || v.is_number() || v.is_boolean(); };
+    std::string problem;
+    if (c.op == Condition::Op::kExists) {
+        if (!c.value.is_boolean()) problem = "'exists' takes true or false";
+    } else if (c.op == Condition::Op::kIn) {
+        if (!c.value.is_array() || c.value.empty() || !std::all_of(c.value.begin(), c.value.end(), scalar)) {
+            problem = "'in' takes a non-empty list of strings, numbers or booleans";
+        }
+    } else if (IsOrdering(c.op)) {
+        if (!c.value.is_number() && !(c.value.is_string() && text::IsDecimal(c.value.get<std::string>()))) {
+            problem = "'" + ops[0] + "' compares numbers: give a number or a decimal such as \"10.50\"";
+        }
+    } else if (c.value.is_null()) {
+        problem = "compare with a value; to test for absence use 'exists: false'";
+    } else if (!scalar(c.value)) {
+        problem = "'" + ops[0] + "' compares with a string, a number or a boolean";
+    }
+    if (!problem.empty()) {
+        Error(MarkOf(operand), operand_path, problem);
+        return std::nullopt;
+    }
+    expressions_.back().emplace_back(c.path, MarkOf(p->second), Join(path, "path"), kRoleWhen);
+    condition_leaves_.back().emplace_back(c, MarkOf(operand), operand_path);
+    return c;
+}
+
+void Loader::ResolveAfter(SagaDefinition& saga) {
+    std::vector<std::string> names;
+    for (const auto& step : saga.steps) names.push_back(step.name);
+    for (std::size_t i = 0; i < saga.steps.size(); ++i) {
+        auto& step = saga.steps[i];
+        if (!step.after) continue;
+        const std::string path = "steps[" + std::to_string(i) + "].after";
+        bool ok = true;
+        for (std::size_t k = 0; k < step.after->size(); ++k) {
+            const std::string& name = (*step.after)[k];
+            const YAML::Mark mark = after_marks_[i][k + 1];
+            const std::string item = path + "[" + std::to_string(k) + "]";
+            if (name == step.name) {
+                Error(mark, item, "step '" + name + "' cannot wait for itself: remove it from 'after'");
+                ok = false;
+            } else if (std::find(names.begin(), names.end(), name) == names.end()) {
+                Error(mark, item, "no step named " + text::Quote(name) + Suggest(name, names));
+                ok = false;
+            }
+        }
+        if (!ok) continue;
+        std::sort(step.after->begin(), step.after->end());
+        // Waiting for the step listed before (or, first, for nothing) is what no `after` means: one
+        // meaning, one canonical form and hash.
+        const std::vector<std::string> implicit =
+            i == 0 ? std::vector<std::string>{} : std::vector<std::string>{saga.steps[i - 1].name};
+        if (*step.after == implicit) step.after.reset();
+    }
+}
+
 void Loader::ReadStep(const YAML::Node& node, const std::string& path, SagaDefinition& saga) {
     step_marks_.push_back(node.Mark());
     expressions_.emplace_back();
-    const auto fields = Map(
-        node,
-        node.Mark(),
-        path,
-        {"name", "participant", "command", "compensation", "kind", "send", "save", "timeout", "startTimeout", "retry"});
+    after_marks_.emplace_back();
+    condition_leaves_.emplace_back();
+    const auto fields = Map(node,
+                            node.Mark(),
+                            path,
+                            {"name",
+                             "participant",
+                             "command",
+                             "compensation",
+                             "kind",
+                             "after",
+                             "when",
+                             "send",
+                             "save",
+                             "timeout",
+                             "startTimeout",
+                             "retry"});
     StepDefinition step;
     step.timeout = saga.timeout;
     step.start_timeout = saga.start_timeout;
@@ -527,6 +733,12 @@ void Loader::ReadStep(const YAML::Node& node, const std::string& path, SagaDefin
             step.start_timeout = *v;
         }
         ReadRetry(*fields, "retry", path, step.retry);
+        ok = ReadAfter(*fields, path, step) && ok;
+        if (const auto w = fields->find("when"); w != fields->end()) {
+            condition_budget_ = kMaxConditionNodes;
+            step.when = ReadCondition(w->second.value, MarkOf(w->second), Join(path, "when"), 0);
+            ok = step.when.has_value() && ok;
+        }
     }
     // A broken step keeps its place so later checks see the right indices; the safety check skips
     // a step whose name or kind is unknown, so one mistake is not reported twice.
@@ -534,13 +746,14 @@ void Loader::ReadStep(const YAML::Node& node, const std::string& path, SagaDefin
     saga.steps.push_back(std::move(step));
 }
 
-void Loader::CheckPath(const std::string& expression,
-                       const YAML::Mark& mark,
-                       const std::string& path,
-                       const SagaDefinition& saga,
-                       std::size_t step_index,
-                       bool in_save,
-                       bool in_compensation) {
+const FieldSchema* Loader::CheckPath(const std::string& expression,
+                                     const YAML::Mark& mark,
+                                     const std::string& path,
+                                     const SagaDefinition& saga,
+                                     const StepGraph& graph,
+                                     std::size_t step_index,
+                                     int role) {
+    const bool in_compensation = role == kRoleCompensation;
     std::vector<std::string> segments;
     std::stringstream in(expression.substr(2));
     for (std::string segment; std::getline(in, segment, '.');) {
@@ -549,19 +762,21 @@ void Loader::CheckPath(const std::string& expression,
     if (segments.empty() || expression.back() == '.' ||
         std::any_of(segments.begin(), segments.end(), [](const auto& s) { return !text::IsPathSegment(s); })) {
         Error(mark, path, "malformed path " + text::Quote(expression) + ": segments are names joined by '.'");
-        return;
+        return nullptr;
     }
     const std::string& root = segments[0];
-    if (in_save) {
+    const std::string& reader = saga.steps[step_index].name;
+    const std::string when = role == kRoleWhen ? "decides whether it runs" : "sends its command";
+    if (role == kRoleSave) {
         if (root != "reply") Error(mark, path, "save takes paths into this step's reply ($.reply...)");
-        return;
+        return nullptr;
     }
     if (root == "sagaId" || root == "sagaType") {
         if (segments.size() > 1) Error(mark, path, "$." + root + " is a string and has no fields");
-        return;
+        return nullptr;
     }
     if (root == "input") {
-        if (segments.size() < 2) return;  // the whole input
+        if (segments.size() < 2) return nullptr;  // the whole input
         const std::vector<FieldSchema>* fields = &saga.input;
         for (std::size_t i = 1; i < segments.size(); ++i) {
             const auto it =
@@ -573,33 +788,62 @@ void Loader::CheckPath(const std::string& expression,
                       path,
                       text::Quote(expression) + " refers to unknown input field " + text::Quote(segments[i]) +
                           Suggest(segments[i], names));
-                return;
+                return nullptr;
             }
-            if (it->type != FieldType::kObject) return;  // deeper segments are not checked
+            if (i + 1 == segments.size()) return &*it;
+            if (it->type != FieldType::kObject) return nullptr;  // deeper segments are not checked
             fields = &it->properties;
         }
-        return;
+        return nullptr;
     }
+    // Whether `writer` is certain to have run when the reader reads: one of the steps it waits for
+    // (directly or through others), or, for a compensation, its own step.
+    const auto ran_before = [&](std::size_t writer) {
+        return graph.Before(writer, step_index) || (in_compensation && writer == step_index);
+    };
     if (root == "data") {
-        if (segments.size() < 2) return;
+        if (segments.size() < 2) return nullptr;
+        const std::string& key = segments[1];
         std::vector<std::string> saved;
-        // An action sees what earlier steps saved; a compensation also what its own step saved.
-        const std::size_t limit = in_compensation ? step_index + 1 : step_index;
-        for (std::size_t i = 0; i < limit && i < saga.steps.size(); ++i) {
-            for (const auto& [key, unused] : saga.steps[i].save.items()) saved.push_back(key);
+        std::optional<std::size_t> certain, conditional, concurrent;
+        for (std::size_t i = 0; i < saga.steps.size(); ++i) {
+            if (ran_before(i)) {
+                for (const auto& [k, unused] : saga.steps[i].save.items()) saved.push_back(k);
+            }
+            if (!saga.steps[i].save.contains(key)) continue;
+            if (ran_before(i)) {
+                (saga.steps[i].when && i != step_index ? conditional : certain) = i;
+            } else if (graph.Concurrent(i, step_index) && !concurrent) {
+                concurrent = i;
+            }
         }
-        if (std::find(saved.begin(), saved.end(), segments[1]) == saved.end()) {
+        if (concurrent) {
             Error(mark,
                   path,
-                  text::Quote(expression) + " refers to data key " + text::Quote(segments[1]) +
-                      " that no earlier step saves" + Suggest(segments[1], saved));
+                  text::Quote(expression) + " reads data key " + text::Quote(key) + " that step '" +
+                      saga.steps[*concurrent].name + "' saves, and that step may run at the same time as step '" +
+                      reader + "': add '" + saga.steps[*concurrent].name + "' to the 'after' of '" + reader + "'");
+        } else if (certain) {
+            return nullptr;
+        } else if (conditional) {
+            Error(mark,
+                  path,
+                  text::Quote(expression) + " reads data key " + text::Quote(key) + " that only step '" +
+                      saga.steps[*conditional].name +
+                      "' saves, and that step has a 'when:' and may be skipped: read the key only from steps "
+                      "that always run, or save it in one");
+        } else {
+            Error(mark,
+                  path,
+                  text::Quote(expression) + " refers to data key " + text::Quote(key) + " that no earlier step saves" +
+                      Suggest(key, saved));
         }
-        return;
+        return nullptr;
     }
     if (root == "steps") {
         if (segments.size() < 3 || segments[2] != "reply") {
             Error(mark, path, "a step path reads $.steps.<step>.reply.<field>");
-            return;
+            return nullptr;
         }
         const std::string& target = segments[1];
         std::vector<std::string> names;
@@ -612,38 +856,117 @@ void Loader::CheckPath(const std::string& expression,
             Error(mark,
                   path,
                   text::Quote(expression) + " refers to unknown step " + text::Quote(target) + Suggest(target, names));
-        } else if (index > step_index || (index == step_index && !in_compensation)) {
+        } else if (graph.Linear() && (index > step_index || (index == step_index && !in_compensation))) {
             Error(mark,
                   path,
                   text::Quote(expression) + " refers to step " + text::Quote(target) +
-                      ", which has not run yet when step '" + saga.steps[step_index].name + "' sends its command");
+                      ", which has not run yet when step '" + reader + "' " + when);
+        } else if (!ran_before(index)) {
+            Error(mark,
+                  path,
+                  text::Quote(expression) + " refers to step " + text::Quote(target) +
+                      ", which is not certain to have run when step '" + reader + "' " + when +
+                      (graph.Before(step_index, index) ? " (it runs after it)" : " (they may run at the same time)") +
+                      ": add '" + target + "' to the 'after' of '" + reader + "'");
+        } else if (saga.steps[index].when && index != step_index) {
+            Error(mark,
+                  path,
+                  text::Quote(expression) + " refers to step " + text::Quote(target) +
+                      ", which has a 'when:' and may be skipped, so its reply may not exist: read replies only "
+                      "of steps that always run, or save what you need in one");
         }
-        return;
+        return nullptr;
     }
     static const std::vector<std::string_view> kRoots{"sagaId", "sagaType", "input", "data", "steps"};
     Error(mark,
           path,
           text::Quote(expression) + " starts with unknown root " + text::Quote(root) + Suggest(root, kRoots) +
               "; paths start with $.sagaId, $.input, $.data or $.steps");
+    return nullptr;
 }
 
-void Loader::CheckReferences(const SagaDefinition& saga) {
-    for (std::size_t i = 0; i < expressions_.size() && i < saga.steps.size(); ++i) {
-        for (const auto& [expression, mark, path, role] : expressions_[i]) {
-            CheckPath(expression, mark, path, saga, i, role == kRoleSave, role == kRoleCompensation);
+void Loader::CheckConditionTypes(const Condition& c,
+                                 const FieldSchema& field,
+                                 const YAML::Mark& mark,
+                                 const std::string& path) {
+    if (c.op == Condition::Op::kExists) return;
+    const std::string what = text::Quote(c.path) + " is " + std::string(ToString(field.type)) + " input field";
+    if (field.type == FieldType::kObject || field.type == FieldType::kArray) {
+        Error(mark, path, what + ": compare a field inside it, or test it with 'exists'");
+        return;
+    }
+    if (IsOrdering(c.op)) {
+        if (field.type != FieldType::kInteger && field.type != FieldType::kDecimal) {
+            Error(mark,
+                  path,
+                  what + ", but '" + std::string(ToString(c.op)) +
+                      "' compares numbers: use equals, notEquals or in, or compare an integer or decimal field");
+        }
+        return;
+    }
+    const auto fits = [&](const nlohmann::json& v) {
+        switch (field.type) {
+            case FieldType::kString:
+                return v.is_string();
+            case FieldType::kInteger:
+                return v.is_number_integer();
+            case FieldType::kDecimal:
+                return v.is_number() || (v.is_string() && text::IsDecimal(v.get_ref<const std::string&>()));
+            case FieldType::kBoolean:
+                return v.is_boolean();
+            default:
+                return false;
+        }
+    };
+    const nlohmann::json values = c.op == Condition::Op::kIn ? c.value : nlohmann::json::array({c.value});
+    for (const auto& v : values) {
+        if (!fits(v)) {
+            Error(mark,
+                  path,
+                  what + ", so it can never equal " + text::Quote(v.dump(), 60, false) + ": compare it with " +
+                      (field.type == FieldType::kBoolean   ? "true or false"
+                       : field.type == FieldType::kInteger ? "an integer"
+                       : field.type == FieldType::kDecimal ? "a decimal such as \"10.50\""
+                                                           : "a string"));
+            return;
         }
     }
 }
 
-void Loader::CheckSafety(const SagaDefinition& saga) {
+void Loader::CheckReferences(const SagaDefinition& saga, const StepGraph& graph) {
+    for (std::size_t i = 0; i < expressions_.size() && i < saga.steps.size(); ++i) {
+        std::size_t leaf = 0;
+        for (const auto& [expression, mark, path, role] : expressions_[i]) {
+            const FieldSchema* field = CheckPath(expression, mark, path, saga, graph, i, role);
+            if (role != kRoleWhen) continue;
+            const auto& [condition, value_mark, value_path] = condition_leaves_[i][leaf++];
+            if (field != nullptr) CheckConditionTypes(condition, *field, value_mark, value_path);
+        }
+    }
+}
+
+void Loader::CheckSafety(const SagaDefinition& saga, const StepGraph& graph) {
+    const auto mark_of = [&](std::size_t i) { return step_marks_[i]; };
+    const auto path_of = [](std::size_t i) { return "steps[" + std::to_string(i) + "]"; };
     std::optional<std::size_t> pivot;
-    std::optional<std::size_t> first_retriable;
     for (std::size_t i = 0; i < saga.steps.size(); ++i) {
         const auto& step = saga.steps[i];
         if (!checkable_[i]) continue;  // already reported
-        const YAML::Mark mark = step_marks_[i];
-        const std::string path = "steps[" + std::to_string(i) + "]";
+        const YAML::Mark mark = mark_of(i);
+        const std::string path = path_of(i);
         const std::string who = "step '" + step.name + "'";
+        // The first step of the point of no return that runs before this one, or at the same time.
+        std::optional<std::size_t> pivot_before, retriable_before, pivot_beside, retriable_beside;
+        for (std::size_t j = 0; j < saga.steps.size(); ++j) {
+            if (!checkable_[j] || j == i || saga.steps[j].kind == StepKind::kCompensatable) continue;
+            const bool before = graph.Before(j, i);
+            if (!before && !graph.Concurrent(i, j)) continue;  // runs after this one: reported from there
+            const bool is_pivot = saga.steps[j].kind == StepKind::kPivot;
+            auto& slot =
+                before ? (is_pivot ? pivot_before : retriable_before) : (is_pivot ? pivot_beside : retriable_beside);
+            if (!slot) slot = j;
+        }
+        const auto name = [&](std::optional<std::size_t> j) { return saga.steps[*j].name; };
         switch (step.kind) {
             case StepKind::kCompensatable:
                 if (!step.compensation) {
@@ -653,18 +976,25 @@ void Loader::CheckSafety(const SagaDefinition& saga) {
                               " is compensatable but has no compensation: add 'compensation:', or make "
                               "it the pivot if it is the point of no return.");
                 }
-                if (pivot) {
+                if (pivot_before) {
                     Error(mark,
                           path,
-                          who + " comes after the pivot '" + saga.steps[*pivot].name +
+                          who + " comes after the pivot '" + name(pivot_before) +
                               "' but is not retriable: after the point of no return every step must be "
                               "retried until it succeeds.");
-                } else if (first_retriable) {
+                } else if (retriable_before) {
                     Error(mark,
                           path,
-                          who + " is compensatable but comes after retriable step '" +
-                              saga.steps[*first_retriable].name +
+                          who + " is compensatable but comes after retriable step '" + name(retriable_before) +
                               "': once a retriable step has run the saga cannot be undone.");
+                } else if (pivot_beside || retriable_beside) {
+                    const auto j = pivot_beside ? pivot_beside : retriable_beside;
+                    Error(mark,
+                          path,
+                          who + " is compensatable but may run at the same time as " +
+                              (pivot_beside ? "the pivot '" : "retriable step '") + name(j) +
+                              "': every compensatable step must finish before the point of no return. Add '" +
+                              step.name + "' to the 'after' of '" + name(j) + "'.");
                 }
                 break;
             case StepKind::kPivot:
@@ -680,13 +1010,20 @@ void Loader::CheckSafety(const SagaDefinition& saga) {
                           path,
                           who + " is a second pivot after '" + saga.steps[*pivot].name +
                               "': a saga has at most one pivot.");
-                } else if (first_retriable) {
-                    Error(mark,
-                          path,
-                          who + " is the pivot but comes after retriable step '" + saga.steps[*first_retriable].name +
-                              "': every step before the pivot must be compensatable.");
                 } else {
                     pivot = i;
+                    if (retriable_before) {
+                        Error(mark,
+                              path,
+                              who + " is the pivot but comes after retriable step '" + name(retriable_before) +
+                                  "': every step before the pivot must be compensatable.");
+                    } else if (retriable_beside) {
+                        Error(mark,
+                              path,
+                              who + " is the pivot but retriable step '" + name(retriable_beside) +
+                                  "' may run at the same time: the point of no return is one point. Add '" + step.name +
+                                  "' to the 'after' of '" + name(retriable_beside) + "'.");
+                    }
                 }
                 break;
             case StepKind::kRetriable:
@@ -697,8 +1034,23 @@ void Loader::CheckSafety(const SagaDefinition& saga) {
                               " is retriable and is never compensated (it runs after the point of no "
                               "return): remove 'compensation:'.");
                 }
-                if (!first_retriable) first_retriable = i;
                 break;
+        }
+    }
+    // Two steps that may run at the same time may not save the same data key: which value stays
+    // would depend on the order of their replies.
+    for (std::size_t j = 0; j < saga.steps.size(); ++j) {
+        for (std::size_t i = 0; i < j; ++i) {
+            if (!graph.Concurrent(i, j)) continue;
+            for (const auto& [key, unused] : saga.steps[j].save.items()) {
+                if (!saga.steps[i].save.contains(key)) continue;
+                Error(mark_of(j),
+                      path_of(j) + ".save." + key,
+                      "steps '" + saga.steps[i].name + "' and '" + saga.steps[j].name +
+                          "' may run at the same time and both save data key '" + key +
+                          "': which value stays would depend on which replies first. Save it under two keys, or "
+                          "order the steps with 'after'.");
+            }
         }
     }
 }
@@ -790,14 +1142,31 @@ LoadResult Loader::Run(std::string_view text) {
                       "duplicate step name '" + name + "' (also steps[" + std::to_string(it->second) + "])");
             }
         }
-        CheckReferences(saga);
-        CheckSafety(saga);
-        if (saga.deadline && !saga.steps.empty() && saga.steps[0].kind != StepKind::kCompensatable) {
+        ResolveAfter(saga);
+        const StepGraph graph(saga);
+        if (!graph.Cycle().empty()) {
+            std::string cycle;
+            for (const auto k : graph.Cycle()) cycle += "'" + saga.steps[k].name + "' → ";
+            cycle += "'" + saga.steps[graph.Cycle().front()].name + "'";
+            const std::size_t first = graph.Cycle().front();
+            Error(after_marks_[first].empty() ? step_marks_[first] : after_marks_[first].front(),
+                  "steps[" + std::to_string(first) + "].after",
+                  "steps " + cycle +
+                      " wait for each other in a cycle, so none of them can ever run: remove one "
+                      "of these names from an 'after'");
+        } else {
+            CheckReferences(saga, graph);
+            CheckSafety(saga, graph);
+        }
+        for (std::size_t k = 0; saga.deadline && k < saga.steps.size(); ++k) {
+            if (!graph.Parents(k).empty() || saga.steps[k].kind == StepKind::kCompensatable) continue;
             Error(MarkOf(fields->at("deadline")),
                   "deadline",
-                  "the first step '" + saga.steps[0].name + "' is " + std::string(ToString(saga.steps[0].kind)) +
+                  std::string(k == 0 ? "the first step '" : "step '") + saga.steps[k].name + "' is " +
+                      std::string(ToString(saga.steps[k].kind)) + (k == 0 ? "" : " and starts with the saga") +
                       ": the saga is past its point of no return from the start, so a deadline could never cancel "
                       "it. Remove 'deadline:'.");
+            break;
         }
     }
     if (diagnostics_.empty()) {

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/step_graph.hpp"
+
 namespace sagaflow::explore {
 namespace {
 
@@ -28,15 +30,24 @@ bool Terminal(SagaStatus status) {
     return status == SagaStatus::kCompleted || status == SagaStatus::kCompensated || status == SagaStatus::kFailed;
 }
 
-// What decides the machine's future: the data and replies only fill command payloads.
+// What decides the machine's future: the data and replies only fill command payloads, and the
+// order in which parallel branches were dispatched changes nothing the machine does next, so two
+// interleavings that reach the same phases are one state.
 std::string Key(const SagaState& s) {
-    std::string key = std::string(machine::ToString(s.status)) + "|" + std::to_string(s.current_step);
+    std::vector<std::string> phases;
     for (const auto& p : s.phases) {
-        key += "|" + p.step_name + (p.phase == Phase::kAction ? ":a" : ":c") +
-               std::to_string(static_cast<int>(p.status)) + "#" + std::to_string(p.attempt) +
-               (p.awaiting_retry ? "r" : "") + (p.outcome_unknown ? "u" : "") + (p.cancelled ? "x" : "");
+        phases.push_back(p.step_name + (p.phase == Phase::kAction ? ":a" : ":c") +
+                         std::to_string(static_cast<int>(p.status)) + "#" + std::to_string(p.attempt) +
+                         (p.awaiting_retry ? "r" : "") + (p.outcome_unknown ? "u" : "") + (p.cancelled ? "x" : ""));
     }
+    std::sort(phases.begin(), phases.end());
+    std::string key = std::string(machine::ToString(s.status)) + "|" + std::to_string(s.current_step);
+    for (const auto& p : phases) key += "|" + p;
     return key;
+}
+
+bool TookEffect(const StepPhaseState* action) {
+    return action != nullptr && (action->status == StepStatus::kSucceeded || action->outcome_unknown);
 }
 
 // The step's position in the definition (SagaDefinition::FindStep's step).
@@ -149,7 +160,7 @@ std::vector<Finding> Check(const SagaDefinition& d,
     std::map<std::pair<std::string, Phase>, std::size_t> at;
     for (std::size_t i = 0; i < after.phases.size(); ++i)
         at.emplace(std::pair{after.phases[i].step_name, after.phases[i].phase}, i);
-    std::optional<std::size_t> last_undone;
+    const StepGraph graph(d);
     for (std::size_t i = 0; i < after.phases.size(); ++i) {
         const auto& p = after.phases[i];
         const auto index = IndexOf(d, p.step_name);
@@ -158,19 +169,16 @@ std::vector<Finding> Check(const SagaDefinition& d,
             continue;
         }
         if (p.phase == Phase::kCompensation) {
-            if (last_undone && *index >= *last_undone) {
-                found.emplace_back("undo-once",
-                                   "step '" + p.step_name + "' was compensated after step '" +
-                                       d.steps[*last_undone].name + "': not newest first, or twice");
-            }
-            last_undone = *index;
             const auto action = at.find({p.step_name, Phase::kAction});
             if (action == at.end() || action->second > i) {
                 found.emplace_back("undo-effect",
                                    "step '" + p.step_name + "' was compensated although its action was never sent");
             } else {
                 const auto& a = after.phases[action->second];
-                if (a.status != StepStatus::kSucceeded && !a.outcome_unknown) {
+                if (a.status == StepStatus::kSkipped) {
+                    found.emplace_back("undo-effect",
+                                       "step '" + p.step_name + "' was compensated although it was skipped");
+                } else if (a.status != StepStatus::kSucceeded && !a.outcome_unknown) {
                     found.emplace_back("undo-effect",
                                        "step '" + p.step_name +
                                            "' was compensated although its action definitely did not take effect");
@@ -182,24 +190,61 @@ std::vector<Finding> Check(const SagaDefinition& d,
                                "the action of step '" + p.step_name + "' was sent after its compensation");
         }
     }
-    // pivot: once it succeeded, nothing is compensated and only retriable steps run.
-    if (const auto pivot = d.PivotIndex()) {
-        const auto* p = after.Find(d.steps[*pivot].name, Phase::kAction);
-        if (p != nullptr && p->status == StepStatus::kSucceeded) {
-            if (after.status == SagaStatus::kCompensating || after.status == SagaStatus::kCompensated ||
-                last_undone.has_value()) {
-                found.emplace_back("pivot",
-                                   "the saga compensates after its pivot '" + d.steps[*pivot].name + "' succeeded");
+    // undo-order: a compensation goes out only when every step that waited for its step (directly or
+    // not) is settled: never ran, skipped, definitely failed, or compensated. No branch is in flight.
+    for (const auto& command : decision.commands) {
+        const auto* dispatch = std::get_if<machine::Dispatch>(&command);
+        if (dispatch == nullptr || dispatch->phase != Phase::kCompensation || dispatch->attempt != 1) continue;
+        const auto j = IndexOf(d, dispatch->step_name);
+        if (!j) continue;
+        for (std::size_t k = 0; k < d.steps.size(); ++k) {
+            if (!graph.Before(*j, k)) continue;
+            const auto* action = after.Find(d.steps[k].name, Phase::kAction);
+            const auto* undo = after.Find(d.steps[k].name, Phase::kCompensation);
+            if (action != nullptr && action->status == StepStatus::kDispatched) {
+                found.emplace_back("undo-order",
+                                   "step '" + dispatch->step_name + "' was compensated while step '" + d.steps[k].name +
+                                       "', which waited for it, was still in flight");
+            } else if (d.steps[k].compensation && TookEffect(action) &&
+                       (undo == nullptr || undo->status != StepStatus::kSucceeded)) {
+                found.emplace_back("undo-order",
+                                   "step '" + dispatch->step_name + "' was compensated before step '" +
+                                       d.steps[k].name + "', which waited for it, was compensated");
             }
-            for (const auto& q : after.phases) {
-                const auto index = IndexOf(d, q.step_name);
-                if (q.phase == Phase::kAction && index && *index > *pivot &&
-                    d.steps[*index].kind != StepKind::kRetriable) {
-                    found.emplace_back("pivot",
-                                       "step '" + q.step_name + "' runs after the pivot '" + d.steps[*pivot].name +
-                                           "' but is not retriable");
-                }
-            }
+        }
+    }
+    // pivot: once a pivot or retriable step runs, every compensatable step is done (succeeded or
+    // skipped: none in flight, none to come), and once the pivot succeeded nothing is compensated.
+    for (std::size_t i = 0; i < d.steps.size(); ++i) {
+        if (d.steps[i].kind == StepKind::kCompensatable) continue;
+        const auto* p = after.Find(d.steps[i].name, Phase::kAction);
+        if (p == nullptr || p->status == StepStatus::kSkipped) continue;
+        for (const auto& step : d.steps) {
+            if (step.kind != StepKind::kCompensatable) continue;
+            const auto* q = after.Find(step.name, Phase::kAction);
+            if (q != nullptr && (q->status == StepStatus::kSucceeded || q->status == StepStatus::kSkipped)) continue;
+            found.emplace_back("pivot",
+                               "compensatable step '" + step.name + "' " +
+                                   (q == nullptr ? "had not run" : "was not done") + " when step '" + d.steps[i].name +
+                                   "', past the point of no return, ran");
+            break;
+        }
+        if (d.steps[i].kind == StepKind::kPivot && p->status == StepStatus::kSucceeded &&
+            (after.status == SagaStatus::kCompensating || after.status == SagaStatus::kCompensated ||
+             std::any_of(after.phases.begin(), after.phases.end(), [](const auto& q) {
+                 return q.phase == Phase::kCompensation;
+             }))) {
+            found.emplace_back("pivot", "the saga compensates after its pivot '" + d.steps[i].name + "' succeeded");
+        }
+    }
+    // settled: an ended saga has nothing in flight.
+    if (Terminal(after.status)) {
+        for (const auto& p : after.phases) {
+            if (p.status != StepStatus::kDispatched) continue;
+            found.emplace_back("settled",
+                               "the saga ended " + std::string(machine::ToString(after.status)) + " with the " +
+                                   PhaseText(p.phase) + " of step '" + p.step_name + "' still in flight");
+            break;
         }
     }
     // live: an open saga waits for something that will come.
@@ -217,8 +262,7 @@ std::vector<Finding> Check(const SagaDefinition& d,
     if (after.status == SagaStatus::kCompensated) {
         for (const auto& step : d.steps) {
             if (!step.compensation) continue;
-            const auto* action = after.Find(step.name, Phase::kAction);
-            if (action == nullptr || (action->status != StepStatus::kSucceeded && !action->outcome_unknown)) continue;
+            if (!TookEffect(after.Find(step.name, Phase::kAction))) continue;
             const auto* undo = after.Find(step.name, Phase::kCompensation);
             if (undo == nullptr || undo->status != StepStatus::kSucceeded) {
                 found.emplace_back("all-undone",
@@ -348,7 +392,29 @@ std::optional<Event> ParseEvent(const std::string& text) {
     return std::nullopt;
 }
 
-Report Explore(const SagaDefinition& definition, const Options& options, const Decider& decide) {
+Decider MachineDecider() {
+    return [](const SagaDefinition& d, const SagaState& s, const Event& e) { return machine::Decide(d, s, e); };
+}
+
+namespace {
+
+constexpr std::string_view kAssume = "assume ";
+
+// The definition with each named step's condition fixed: true ("runs") or false ("skipped").
+SagaDefinition WithConditions(const SagaDefinition& d, const std::map<std::string, bool>& values) {
+    SagaDefinition fixed = d;
+    for (auto& step : fixed.steps) {
+        const auto it = values.find(step.name);
+        if (!step.when || it == values.end()) continue;
+        step.when = Condition{it->second ? Condition::Op::kAll : Condition::Op::kAny, {}, nullptr, {}};
+    }
+    return fixed;
+}
+
+Report ExploreOne(const SagaDefinition& definition,
+                  const Options& options,
+                  const Decider& decide,
+                  const std::vector<std::string>& assumptions) {
     Report report;
     report.saga = definition.name;
     report.version = definition.version;
@@ -372,6 +438,7 @@ Report Explore(const SagaDefinition& definition, const Options& options, const D
     };
     std::set<std::string> reported;
     const auto record = [&](const std::vector<Finding>& findings, std::vector<std::string> events) {
+        events.insert(events.begin(), assumptions.begin(), assumptions.end());
         for (const auto& [property, detail] : findings) {
             if (!reported.insert(property).second) continue;
             report.violations.push_back({property, detail, events});
@@ -465,6 +532,7 @@ Report Explore(const SagaDefinition& definition, const Options& options, const D
         stack.pop_back();
     }
     if (longest[0] >= 0) {
+        report.longest = assumptions;
         report.longest.push_back("begin");
         for (std::size_t id = 0; via[id];) {
             const auto& [text, next] = nodes[id].next[*via[id]];
@@ -475,19 +543,77 @@ Report Explore(const SagaDefinition& definition, const Options& options, const D
     return report;
 }
 
+}  // namespace
+
+Report Explore(const SagaDefinition& definition, const Options& options, const Decider& decide) {
+    // Each condition is decided once, when its step becomes ready: every combination of outcomes is
+    // explored as a definition whose conditions are fixed.
+    std::vector<std::string> conditional;
+    for (const auto& step : definition.steps) {
+        if (step.when) conditional.push_back(step.name);
+    }
+    constexpr std::size_t kMaxConditional = 8;
+    const std::size_t explored = std::min(conditional.size(), kMaxConditional);
+    Report report;
+    report.saga = definition.name;
+    report.version = definition.version;
+    report.truncated = conditional.size() > kMaxConditional;
+    std::set<std::string> reported;
+    for (std::size_t mask = 0; mask < (std::size_t{1} << explored); ++mask) {
+        std::map<std::string, bool> values;
+        std::vector<std::string> assumptions;
+        std::string label;
+        for (std::size_t k = 0; k < conditional.size(); ++k) {
+            const bool runs = k >= explored || ((mask >> k) & 1U) == 0;
+            values[conditional[k]] = runs;
+            assumptions.push_back(std::string(kAssume) + conditional[k] + (runs ? " runs" : " skipped"));
+            if (!runs) label += (label.empty() ? "" : ", ") + conditional[k];
+        }
+        const Report one = ExploreOne(WithConditions(definition, values), options, decide, assumptions);
+        report.depth = one.depth;
+        report.states += one.states;
+        report.transitions += one.transitions;
+        report.truncated = report.truncated || one.truncated;
+        report.open_at_depth += one.open_at_depth;
+        for (const auto& [end, count] : one.end_states) {
+            report.end_states[label.empty() ? end : "(skipped " + label + ") " + end] += count;
+        }
+        if (one.longest.size() > report.longest.size()) report.longest = one.longest;
+        for (const auto& [phase, count] : one.max_commands) {
+            report.max_commands[phase] = std::max(report.max_commands[phase], count);
+        }
+        for (const auto& v : one.violations) {
+            if (reported.insert(v.property).second) report.violations.push_back(v);
+        }
+    }
+    return report;
+}
+
 std::vector<std::string> Replay(const SagaDefinition& definition,
                                 const std::vector<std::string>& events,
                                 const Decider& decide) {
     std::set<std::string> broken;
     SagaState state;
+    std::map<std::string, bool> values;
     for (const auto& text : events) {
+        if (text.rfind(kAssume, 0) == 0) {  // "assume <step> runs|skipped", before "begin"
+            std::istringstream in(text.substr(kAssume.size()));
+            std::string step, outcome;
+            in >> step >> outcome;
+            values[step] = outcome == "runs";
+            continue;
+        }
+    }
+    const SagaDefinition fixed = WithConditions(definition, values);
+    for (const auto& text : events) {
+        if (text.rfind(kAssume, 0) == 0) continue;
         const auto event = ParseEvent(text);
         if (!event) {
             broken.insert("unreadable event: " + text);
             continue;
         }
-        const Decision decision = decide(definition, state, *event);
-        for (const auto& [property, detail] : Check(definition, state, *event, decision)) broken.insert(property);
+        const Decision decision = decide(fixed, state, *event);
+        for (const auto& [property, detail] : Check(fixed, state, *event, decision)) broken.insert(property);
         if (!decision.ignored) state = decision.state;
     }
     return {broken.begin(), broken.end()};

@@ -10,14 +10,24 @@
 //   live           a saga that has not ended has a phase in flight (a deadline or a retry timer);
 //   one-id         a step phase is dispatched once: a resend is the same phase (same event id);
 //   quiet-ignore   an event the machine ignores sends nothing and changes nothing;
-//   undo-once      each step is compensated at most once, newest first;
+//   undo-order     a step is compensated only after every step that waited for it (directly or
+//                  not) is settled: never ran, skipped, definitely failed, or compensated — no
+//                  branch still in flight; independent branches' compensations may go side by side;
 //   undo-effect    a compensation runs only for an action that took effect or may have (a null
-//                  compensation at the participant otherwise), never for one not dispatched;
+//                  compensation at the participant otherwise), never for one not dispatched or
+//                  skipped;
 //   no-action-after-undo  no action is sent after its step's compensation;
-//   pivot          once the pivot succeeded nothing is compensated and only retriable steps run;
+//   pivot          when a pivot or retriable step runs every compensatable step is done, and once
+//                  the pivot succeeded nothing is compensated;
 //   all-undone     a saga that ends compensated has compensated every step that took effect;
-//   undo-unknown   an action whose last attempt timed out (it may have taken effect) is compensated.
+//   undo-unknown   an action whose last attempt timed out (it may have taken effect) is compensated;
+//   settled        a saga that has ended has nothing in flight.
+// (A step phase is dispatched once by one-id, so "compensated exactly once" is one-id with
+// all-undone.)
 //
+// A step's `when:` is decided once; every combination of the conditions' outcomes (up to eight
+// conditional steps) is explored, and a sequence starts with the outcomes it assumes
+// ("assume insure skipped").
 // Pure: no I/O. `sagaflow explore FILE` prints the report.
 
 #include <functional>
@@ -34,6 +44,8 @@ namespace sagaflow::explore {
 // The machine under test (machine::Decide; tests pass broken variants).
 using Decider =
     std::function<machine::Decision(const SagaDefinition&, const machine::SagaState&, const machine::Event&)>;
+// machine::Decide, the machine as it runs.
+Decider MachineDecider();
 
 struct Options {
     // The most events on a path after Begin; 0: enough for every phase of every step to see two
@@ -77,12 +89,12 @@ struct Report {
     std::string Text() const;
 };
 
-Report Explore(const SagaDefinition& definition, const Options& options = {}, const Decider& decide = machine::Decide);
+Report Explore(const SagaDefinition& definition, const Options& options = {}, const Decider& decide = MachineDecider());
 
 // Replays `events` (texts as ToText writes them) from a new saga and returns the properties the
 // last event broke (empty: none) — a violation's sequence as a unit test.
 std::vector<std::string> Replay(const SagaDefinition& definition,
                                 const std::vector<std::string>& events,
-                                const Decider& decide = machine::Decide);
+                                const Decider& decide = MachineDecider());
 
 }  // namespace sagaflow::explore

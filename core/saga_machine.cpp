@@ -1,8 +1,9 @@
 #include "core/saga_machine.hpp"
 
+#include <algorithm>
 #include <ostream>
 
-#include <algorithm>
+#include "core/step_graph.hpp"
 
 namespace sagaflow::machine {
 
@@ -63,6 +64,8 @@ std::string_view ToString(StepPhaseStatus status) noexcept {
             return "timed_out";
         case StepPhaseStatus::kCancelled:
             return "cancelled";
+        case StepPhaseStatus::kSkipped:
+            return "skipped";
     }
     return "?";
 }
@@ -76,7 +79,8 @@ std::optional<StepPhaseStatus> ParseStepPhaseStatus(std::string_view text) noexc
                               StepPhaseStatus::kSucceeded,
                               StepPhaseStatus::kFailed,
                               StepPhaseStatus::kTimedOut,
-                              StepPhaseStatus::kCancelled}) {
+                              StepPhaseStatus::kCancelled,
+                              StepPhaseStatus::kSkipped}) {
         if (ToString(status) == text) return status;
     }
     return std::nullopt;
@@ -88,6 +92,8 @@ StepPhaseStatus StatusOf(const StepPhaseState& phase) noexcept {
             return StepPhaseStatus::kDispatched;
         case StepStatus::kSucceeded:
             return StepPhaseStatus::kSucceeded;
+        case StepStatus::kSkipped:
+            return StepPhaseStatus::kSkipped;
         case StepStatus::kFailed:
             break;
     }
@@ -101,6 +107,7 @@ void SetStatus(StepPhaseState& phase, StepPhaseStatus status) noexcept {
     phase.outcome_unknown = status == StepPhaseStatus::kTimedOut || phase.cancelled;
     phase.status = status == StepPhaseStatus::kDispatched  ? StepStatus::kDispatched
                    : status == StepPhaseStatus::kSucceeded ? StepStatus::kSucceeded
+                   : status == StepPhaseStatus::kSkipped   ? StepStatus::kSkipped
                                                            : StepStatus::kFailed;
 }
 
@@ -122,7 +129,10 @@ bool Terminal(SagaStatus status) {
 
 class Machine {
   public:
-    Machine(const SagaDefinition& definition, const SagaState& state) : def_(definition) { decision_.state = state; }
+    Machine(const SagaDefinition& definition, const SagaState& state, const nlohmann::json& input)
+        : def_(definition), graph_(definition), input_(input) {
+        decision_.state = state;
+    }
 
     Decision Run(const Event& event) {
         std::visit([this](const auto& e) { On(e); }, event);
@@ -145,8 +155,48 @@ class Machine {
         return std::nullopt;
     }
 
+    const StepPhaseState* Action(std::size_t i) { return S().Find(def_.steps[i].name, Phase::kAction); }
+
+    // Succeeded, or skipped: the steps waiting for it may go on.
+    bool Done(std::size_t i) {
+        const StepPhaseState* action = Action(i);
+        return action != nullptr &&
+               (action->status == StepStatus::kSucceeded || action->status == StepStatus::kSkipped);
+    }
+
+    bool InFlight(Phase phase) {
+        return std::any_of(S().phases.begin(), S().phases.end(), [&](const auto& p) {
+            return p.phase == phase && p.status == StepStatus::kDispatched;
+        });
+    }
+
+    // The action took effect, or may have, and the compensation has not succeeded yet.
+    bool OwesCompensation(std::size_t i) {
+        const StepPhaseState* action = Action(i);
+        if (!def_.steps[i].compensation || action == nullptr) return false;
+        if (action->status != StepStatus::kSucceeded && !action->outcome_unknown) return false;
+        const StepPhaseState* compensation = S().Find(def_.steps[i].name, Phase::kCompensation);
+        return compensation == nullptr || compensation->status != StepStatus::kSucceeded;
+    }
+
+    // What `when:` conditions read: the template context without the saga id.
+    nlohmann::json Context() {
+        nlohmann::json steps = nlohmann::json::object();
+        for (const auto& phase : S().phases) {
+            if (phase.phase == Phase::kAction && phase.status == StepStatus::kSucceeded) {
+                steps[phase.step_name] = {{"reply", phase.reply}};
+            }
+        }
+        return {{"input", input_}, {"data", S().data}, {"steps", steps}};
+    }
+
+    void Reached(std::size_t index) {
+        if (index > S().current_step || S().phases.empty()) S().current_step = index;
+    }
+
     void StartPhase(std::size_t index, Phase phase) {
         const auto& step = def_.steps[index];
+        if (phase == Phase::kAction) Reached(index);
         S().phases.push_back({step.name, phase, StepStatus::kDispatched, 1, false, false, false, nullptr});
         decision_.commands.push_back(Dispatch{step.name, phase, 1, step.timeout});
     }
@@ -157,19 +207,78 @@ class Machine {
         decision_.commands.push_back(machine::Finish{status});
     }
 
-    // Compensates, newest first, every step below `below` whose action took effect (or may have:
-    // outcome unknown) and whose compensation has not been dispatched yet.
-    void CompensateBelow(std::size_t below) {
-        S().status = SagaStatus::kCompensating;
-        for (std::size_t j = below; j-- > 0;) {
-            const auto& step = def_.steps[j];
-            if (!step.compensation || S().Find(step.name, Phase::kCompensation) != nullptr) continue;
-            const StepPhaseState* action = S().Find(step.name, Phase::kAction);
-            if (action == nullptr) continue;
-            if (action->status == StepStatus::kSucceeded || action->outcome_unknown) {
-                StartPhase(j, Phase::kCompensation);
-                return;
+    // Runs every step whose steps-to-wait-for are done (or skips it when its condition is false),
+    // then completes the saga when every step is done, or parks it when a retriable step gave up
+    // and nothing else is in flight.
+    void Advance() {
+        for (const std::size_t i : graph_.Order()) {
+            if (Action(i) != nullptr) continue;
+            const auto& parents = graph_.Parents(i);
+            if (!std::all_of(parents.begin(), parents.end(), [&](std::size_t p) { return Done(p); })) continue;
+            const auto& step = def_.steps[i];
+            if (step.when) {
+                const nlohmann::json context = Context();
+                if (!Evaluate(*step.when, context)) {
+                    Reached(i);
+                    StepPhaseState skipped{
+                        step.name, Phase::kAction, StepStatus::kSkipped, 1, false, false, false, nullptr};
+                    S().phases.push_back(std::move(skipped));
+                    decision_.commands.push_back(Skip{step.name, Explain(*step.when, context)});
+                    continue;  // later steps in the order see it done
+                }
             }
+            StartPhase(i, Phase::kAction);
+        }
+        bool all_done = true;
+        for (std::size_t i = 0; i < def_.steps.size(); ++i) all_done = all_done && Done(i);
+        if (all_done) {
+            Finish(SagaStatus::kCompleted);
+            return;
+        }
+        if (InFlight(Phase::kAction)) return;
+        for (const auto& phase : S().phases) {
+            if (phase.phase != Phase::kAction || phase.status != StepStatus::kFailed) continue;
+            Finish(SagaStatus::kFailed,
+                   "retriable step '" + phase.step_name + "' did not succeed after " + std::to_string(phase.attempt) +
+                       " attempts; an operator must resolve it and retry the saga");
+            return;
+        }
+    }
+
+    // Stops every action in flight (its outcome unknown: compensated too) and compensates.
+    void Compensate() {
+        S().status = SagaStatus::kCompensating;
+        for (auto& phase : S().phases) {
+            if (phase.phase != Phase::kAction || phase.status != StepStatus::kDispatched) continue;
+            phase.status = StepStatus::kFailed;
+            phase.awaiting_retry = false;
+            phase.outcome_unknown = true;  // it may take effect yet: undo it too
+            phase.cancelled = true;
+        }
+        CompensateReady();
+    }
+
+    // Dispatches the compensation of every step that owes one and whose dependants (every step
+    // that waited for it, directly or not) owe none; ends the saga when nothing is left: compensated,
+    // or parked when a compensation gave up.
+    void CompensateReady() {
+        const auto& order = graph_.Order();
+        for (auto it = order.rbegin(); it != order.rend(); ++it) {
+            const std::size_t i = *it;
+            if (!OwesCompensation(i) || S().Find(def_.steps[i].name, Phase::kCompensation) != nullptr) continue;
+            bool blocked = false;
+            for (std::size_t j = 0; j < def_.steps.size() && !blocked; ++j) {
+                blocked = graph_.Before(i, j) && OwesCompensation(j);
+            }
+            if (!blocked) StartPhase(i, Phase::kCompensation);
+        }
+        if (InFlight(Phase::kCompensation)) return;
+        for (const auto& phase : S().phases) {
+            if (phase.phase != Phase::kCompensation || phase.status != StepStatus::kFailed) continue;
+            Finish(SagaStatus::kFailed,
+                   "compensation of step '" + phase.step_name + "' did not succeed after " +
+                       std::to_string(phase.attempt) + " attempts; an operator must resolve it and retry the saga");
+            return;
         }
         Finish(SagaStatus::kCompensated);
     }
@@ -179,27 +288,22 @@ class Machine {
         const auto& step = def_.steps[index];
         phase.status = StepStatus::kFailed;
         phase.awaiting_retry = false;
-        const std::string attempts = std::to_string(phase.attempt) + " attempts";
         if (phase.phase == Phase::kCompensation) {
-            Finish(SagaStatus::kFailed,
-                   "compensation of step '" + step.name + "' did not succeed after " + attempts +
-                       "; an operator must resolve it and retry the saga");
+            CompensateReady();  // the others go on; the saga parks when nothing else can
             return;
         }
         switch (step.kind) {
             case StepKind::kCompensatable:
                 phase.outcome_unknown = true;  // it may have taken effect: undo it too
-                CompensateBelow(index + 1);
+                Compensate();
                 return;
             case StepKind::kPivot:
                 Finish(SagaStatus::kFailed,
-                       "the pivot '" + step.name + "' gave no definite answer after " + attempts +
-                           "; an operator must decide whether it took effect");
+                       "the pivot '" + step.name + "' gave no definite answer after " + std::to_string(phase.attempt) +
+                           " attempts; an operator must decide whether it took effect");
                 return;
             case StepKind::kRetriable:
-                Finish(SagaStatus::kFailed,
-                       "retriable step '" + step.name + "' did not succeed after " + attempts +
-                           "; an operator must resolve it and retry the saga");
+                Advance();  // the branches beside it go on; the saga parks when nothing else can
                 return;
         }
     }
@@ -233,7 +337,9 @@ class Machine {
         }
         if (state->status != StepStatus::kDispatched) {
             const std::string what = "the " + std::string(ToString(phase)) + " of step '" + step_name + "'";
-            if (state->cancelled) {
+            if (state->status == StepStatus::kSkipped) {
+                Ignore("step '" + step_name + "' was skipped (its condition was false) and never dispatched");
+            } else if (state->cancelled) {
                 Ignore(what +
                        " was cancelled while in flight and is treated as done, then compensated: this late "
                        "event changes nothing");
@@ -254,13 +360,9 @@ class Machine {
             Ignore("the saga has already begun");
             return;
         }
-        if (def_.steps.empty()) {
-            Finish(SagaStatus::kCompleted);
-            return;
-        }
         S().status = SagaStatus::kRunning;
         S().current_step = 0;
-        StartPhase(0, Phase::kAction);
+        Advance();
     }
 
     void On(const Reply& reply) {
@@ -290,7 +392,7 @@ class Machine {
                 phase->status = StepStatus::kFailed;
                 phase->awaiting_retry = false;
                 phase->reply = reply.data;
-                CompensateBelow(*index);
+                Compensate();
                 return;
             case Outcome::kSuccess:
                 phase->status = StepStatus::kSucceeded;
@@ -299,17 +401,12 @@ class Machine {
                 break;
         }
         if (reply.phase == Phase::kCompensation) {
-            CompensateBelow(*index);
+            CompensateReady();
             return;
         }
         const nlohmann::json saved = RenderTemplate(step.save, {{"reply", reply.data}});
         for (const auto& [key, value] : saved.items()) S().data[key] = value;
-        if (*index + 1 < def_.steps.size()) {
-            S().current_step = *index + 1;
-            StartPhase(*index + 1, Phase::kAction);
-        } else {
-            Finish(SagaStatus::kCompleted);
-        }
+        Advance();
     }
 
     void On(const Timeout& timeout) {
@@ -346,35 +443,43 @@ class Machine {
             Ignore("the saga has not begun");
             return;
         }
-        // Reached in order: the first pivot or retriable step is the point of no return.
-        for (std::size_t i = 0; i <= S().current_step && i < def_.steps.size(); ++i) {
+        // The first pivot or retriable step that was reached is the point of no return.
+        for (std::size_t i = 0; i < def_.steps.size(); ++i) {
             const auto& step = def_.steps[i];
-            if (step.kind == StepKind::kCompensatable) continue;
+            const StepPhaseState* action = Action(i);
+            if (step.kind == StepKind::kCompensatable || action == nullptr || action->status == StepStatus::kSkipped) {
+                continue;
+            }
             Ignore("step '" + step.name + "' is " + (step.kind == StepKind::kPivot ? "the pivot" : "retriable") +
-                   (i == S().current_step ? " and in flight" : " and has succeeded") +
+                   (action->status == StepStatus::kDispatched ? " and in flight" : " and has succeeded") +
                    ": the saga is past its point of no return and can only complete");
             return;
         }
-        StepPhaseState* current = S().Find(def_.steps[S().current_step].name, Phase::kAction);
-        if (current == nullptr || current->status != StepStatus::kDispatched) {
+        if (!InFlight(Phase::kAction)) {
             Ignore("step '" + def_.steps[S().current_step].name + "' is not in flight");
             return;
         }
-        current->status = StepStatus::kFailed;
-        current->awaiting_retry = false;
-        current->outcome_unknown = true;  // it may take effect yet: undo it too
-        current->cancelled = true;
-        CompensateBelow(S().current_step + 1);
+        Compensate();
     }
 
     const SagaDefinition& def_;
+    const StepGraph graph_;
+    const nlohmann::json& input_;
     Decision decision_;
 };
 
 }  // namespace
 
+Decision Decide(const SagaDefinition& definition,
+                const SagaState& state,
+                const Event& event,
+                const nlohmann::json& input) {
+    return Machine(definition, state, input).Run(event);
+}
+
 Decision Decide(const SagaDefinition& definition, const SagaState& state, const Event& event) {
-    return Machine(definition, state).Run(event);
+    static const nlohmann::json kNoInput = nlohmann::json::object();
+    return Machine(definition, state, kNoInput).Run(event);
 }
 
 }  // namespace sagaflow::machine

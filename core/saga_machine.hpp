@@ -1,8 +1,11 @@
 #pragma once
 // The saga state machine as a pure function: (definition, state, event) -> (new state, commands).
-// No I/O and no clock: the caller (the orchestrator, issue 6) loads the state under a row lock,
-// calls Decide, persists the new state and turns the commands into outbox rows and timers in the
-// same transaction. Every transition is unit-tested without services.
+// No I/O and no clock: the orchestrator loads the state under the saga's lock, calls Decide,
+// persists the new state and turns the commands into outbox rows and timers in the same
+// transaction. Every transition is unit-tested without services.
+//
+// The steps form a graph (step_graph.hpp): every step whose steps-to-wait-for are done runs, so
+// several step phases may be in flight at once.
 //
 // Step phases are identified by (step name, phase); a phase is dispatched at most once (the
 // saga_step primary key) and every resend of it reuses its command event id, so commands carry an
@@ -22,7 +25,7 @@ namespace sagaflow::machine {
 
 enum class SagaStatus { kRunning, kCompensating, kCompleted, kCompensated, kFailed };
 enum class Phase { kAction, kCompensation };
-enum class StepStatus { kDispatched, kSucceeded, kFailed };
+enum class StepStatus { kDispatched, kSucceeded, kFailed, kSkipped };
 enum class Outcome { kSuccess, kFailure, kRetry };
 
 std::string_view ToString(SagaStatus status) noexcept;
@@ -38,8 +41,8 @@ struct StepPhaseState;
 
 // How a step phase stands as saga_step.status stores it and a saga's view shows it: StepStatus,
 // with the two failures whose outcome is unknown told apart (an action that never answered, one in
-// flight when the saga was cancelled).
-enum class StepPhaseStatus { kDispatched, kSucceeded, kFailed, kTimedOut, kCancelled };
+// flight when the saga was cancelled or a branch beside it failed).
+enum class StepPhaseStatus { kDispatched, kSucceeded, kFailed, kTimedOut, kCancelled, kSkipped };
 std::string_view ToString(StepPhaseStatus status) noexcept;
 std::ostream& operator<<(std::ostream& out, StepPhaseStatus status);
 std::optional<StepPhaseStatus> ParseStepPhaseStatus(std::string_view text) noexcept;
@@ -60,9 +63,9 @@ struct StepPhaseState {
 
 struct SagaState {
     SagaStatus status = SagaStatus::kRunning;
-    std::size_t current_step = 0;
+    std::size_t current_step = 0;  // the highest step index started or skipped
     nlohmann::json data = nlohmann::json::object();
-    std::vector<StepPhaseState> phases;  // every dispatched step phase, in dispatch order
+    std::vector<StepPhaseState> phases;  // every dispatched (or skipped) step phase, in that order
     std::string parked_reason;           // set when status is kFailed
 
     const StepPhaseState* Find(const std::string& step_name, Phase phase) const;
@@ -89,9 +92,10 @@ struct RetryDue {  // the backoff before the next attempt of (step, phase) elaps
     int attempt = 1;  // the attempt to send now
 };
 // An operator or the application calls the saga off. Only a saga still running before its point of
-// no return can be cancelled: the step in flight is treated as an action whose outcome is unknown
+// no return can be cancelled: each step in flight is treated as an action whose outcome is unknown
 // (compensated first: a participant records a compensation that arrives before its action as a null
-// compensation and refuses the late action), then the completed steps, newest first. Refused
+// compensation and refuses the late action), then the completed steps, each after the steps that
+// waited for it. Refused
 // (`ignored` says why) once a pivot or retriable step has been reached, while compensating, or
 // when the saga has ended.
 struct Cancel {
@@ -115,7 +119,11 @@ struct ScheduleRetry {
 struct Finish {
     SagaStatus status = SagaStatus::kCompleted;
 };
-using Command = std::variant<Dispatch, ScheduleRetry, Finish>;
+struct Skip {  // the step's `when:` is false: it is done without running (a timeline entry says why)
+    std::string step_name;
+    std::string reason;
+};
+using Command = std::variant<Dispatch, ScheduleRetry, Finish, Skip>;
 
 struct Decision {
     SagaState state;
@@ -123,6 +131,12 @@ struct Decision {
     std::optional<std::string> ignored;  // set: the event changed nothing, and why (duplicate, stale, ...)
 };
 
+// `input` is the saga's input, for the steps' `when:` conditions.
+Decision Decide(const SagaDefinition& definition,
+                const SagaState& state,
+                const Event& event,
+                const nlohmann::json& input);
+// The same for a saga whose conditions read no input.
 Decision Decide(const SagaDefinition& definition, const SagaState& state, const Event& event);
 
 }  // namespace sagaflow::machine

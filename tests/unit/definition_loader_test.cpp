@@ -80,7 +80,7 @@ TEST_CASE("unknown keys are refused with a suggestion and the allowed keys") {
     REQUIRE(errors.size() == 1);
     CHECK(errors[0] ==
           "t.yaml:9:5: error: steps[0].timout: unknown key 'timout' (did you mean 'timeout'?); allowed here: name, "
-          "participant, command, compensation, kind, send, save, timeout, startTimeout, retry");
+          "participant, command, compensation, kind, after, when, send, save, timeout, startTimeout, retry");
 }
 
 TEST_CASE("wrong types name what was expected and what was found") {
