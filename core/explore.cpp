@@ -36,8 +36,10 @@ bool Terminal(SagaStatus status) {
 std::string Key(const SagaState& s) {
     std::vector<std::string> phases;
     for (const auto& p : s.phases) {
+        // An answered phase's attempt count only shows in texts (why a saga parked): not its future.
+        const bool open = p.status == StepStatus::kDispatched;
         phases.push_back(p.step_name + (p.phase == Phase::kAction ? ":a" : ":c") +
-                         std::to_string(static_cast<int>(p.status)) + "#" + std::to_string(p.attempt) +
+                         std::to_string(static_cast<int>(p.status)) + "#" + (open ? std::to_string(p.attempt) : "") +
                          (p.awaiting_retry ? "r" : "") + (p.outcome_unknown ? "u" : "") + (p.cancelled ? "x" : ""));
     }
     std::sort(phases.begin(), phases.end());
@@ -316,7 +318,27 @@ std::vector<Event> Candidates(const SagaDefinition& d, const SagaState& s) {
     return events;
 }
 
-std::string EndLabel(const SagaState& s) {
+// The machine treats the attempts between the first and the last alike (only reaching the last
+// changes what it does), so explore runs every retry policy with at most this many attempts: a path
+// of twenty attempts is the same path with the middle ones left out, and parallel branches do not
+// multiply twenty attempts each.
+constexpr int kExploredAttempts = 3;
+
+SagaDefinition WithFewerAttempts(const SagaDefinition& d) {
+    SagaDefinition fewer = d;
+    for (auto& step : fewer.steps) step.retry.max_attempts = std::min(step.retry.max_attempts, kExploredAttempts);
+    fewer.compensation_retry.max_attempts = std::min(fewer.compensation_retry.max_attempts, kExploredAttempts);
+    return fewer;
+}
+
+// The policy's real number of attempts for a phase explored with fewer.
+int RealAttempts(const SagaDefinition& d, const std::string& step_name, Phase phase) {
+    const StepDefinition* step = d.FindStep(step_name);
+    if (step == nullptr) return 0;
+    return phase == Phase::kAction ? step->retry.max_attempts : d.compensation_retry.max_attempts;
+}
+
+std::string EndLabelOf(const SagaState& s) {
     switch (s.status) {
         case SagaStatus::kCompleted:
             return "completed";
@@ -332,6 +354,25 @@ std::string EndLabel(const SagaState& s) {
         default:
             return std::string(machine::ToString(s.status));
     }
+}
+
+std::string EndLabel(const SagaDefinition& original, const SagaState& s) {
+    if (s.status == SagaStatus::kFailed) {
+        // Said with the policy's real count of attempts.
+        std::string reason = s.parked_reason;
+        for (const auto& p : s.phases) {
+            if (p.status != StepStatus::kFailed || p.outcome_unknown) continue;
+            const std::string explored = " after " + std::to_string(p.attempt) + " attempts";
+            const auto at = reason.find(explored);
+            if (at == std::string::npos) continue;
+            reason.replace(at,
+                           explored.size(),
+                           " after " + std::to_string(RealAttempts(original, p.step_name, p.phase)) + " attempts");
+            break;
+        }
+        return "failed (parked): " + reason;
+    }
+    return EndLabelOf(s);
 }
 
 SagaState Begun(const SagaDefinition& d, const Decider& decide, Decision& first) {
@@ -411,14 +452,17 @@ SagaDefinition WithConditions(const SagaDefinition& d, const std::map<std::strin
     return fixed;
 }
 
-Report ExploreOne(const SagaDefinition& definition,
+// One exploration of `definition` (the original, fewer attempts and conditions fixed); `original`
+// for the texts.
+Report ExploreOne(const SagaDefinition& original,
+                  const SagaDefinition& definition,
                   const Options& options,
                   const Decider& decide,
                   const std::vector<std::string>& assumptions) {
     Report report;
     report.saga = definition.name;
     report.version = definition.version;
-    report.depth = options.depth > 0 ? options.depth : DefaultDepth(definition);
+    report.depth = options.depth > 0 ? options.depth : DefaultDepth(original);
 
     struct Node {
         SagaState state;
@@ -491,10 +535,12 @@ Report ExploreOne(const SagaDefinition& definition,
     std::set<std::string> ends;
     for (const auto& node : nodes) {
         if (Terminal(node.state.status) && ends.insert(Key(node.state)).second)
-            ++report.end_states[EndLabel(node.state)];
+            ++report.end_states[EndLabel(original, node.state)];
         for (const auto& p : node.state.phases) {
             auto& most = report.max_commands[p.step_name + "/" + PhaseText(p.phase)];
-            most = std::max(most, p.attempt);
+            // The last explored attempt stands for the policy's last.
+            const int real = RealAttempts(original, p.step_name, p.phase);
+            most = std::max(most, p.attempt == kExploredAttempts && real > kExploredAttempts ? real : p.attempt);
         }
     }
     // The longest path to an end state (the state graph has no cycle: every change adds a phase,
@@ -569,7 +615,8 @@ Report Explore(const SagaDefinition& definition, const Options& options, const D
             assumptions.push_back(std::string(kAssume) + conditional[k] + (runs ? " runs" : " skipped"));
             if (!runs) label += (label.empty() ? "" : ", ") + conditional[k];
         }
-        const Report one = ExploreOne(WithConditions(definition, values), options, decide, assumptions);
+        const Report one =
+            ExploreOne(definition, WithConditions(WithFewerAttempts(definition), values), options, decide, assumptions);
         report.depth = one.depth;
         report.states += one.states;
         report.transitions += one.transitions;
@@ -604,7 +651,7 @@ std::vector<std::string> Replay(const SagaDefinition& definition,
             continue;
         }
     }
-    const SagaDefinition fixed = WithConditions(definition, values);
+    const SagaDefinition fixed = WithConditions(WithFewerAttempts(definition), values);
     for (const auto& text : events) {
         if (text.rfind(kAssume, 0) == 0) continue;
         const auto event = ParseEvent(text);

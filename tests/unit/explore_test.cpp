@@ -7,6 +7,7 @@
 
 #include "core/definition_loader.hpp"
 #include "core/explore.hpp"
+#include "core/step_graph.hpp"
 
 namespace explore = sagaflow::explore;
 using sagaflow::SagaDefinition;
@@ -53,13 +54,22 @@ TEST_CASE("the repository's sagas keep every property on every path with two fau
         CHECK(!report.truncated);
         CHECK(report.depth == explore::DefaultDepth(definition));
         CHECK(report.end_states.count("completed") == 1);
-        CHECK(report.end_states.count("compensated: nothing to undo") == 1);  // the first step failed
+        // The first step failed. With several steps starting together, one failing stops the others
+        // in flight, and those are compensated: nothing to undo never comes.
+        const sagaflow::StepGraph graph(definition);
+        std::size_t roots = 0;
+        for (std::size_t i = 0; i < graph.Size(); ++i) roots += graph.Parents(i).empty() ? 1U : 0U;
+        CHECK(report.end_states.count("compensated: nothing to undo") == (roots == 1 ? 1U : 0U));
         // Each step phase is sent once and resent with its event id: never more than its attempts.
         for (const auto& step : definition.steps) {
             CHECK(report.max_commands.at(step.name + "/action") <= step.retry.max_attempts);
         }
         CHECK(report.longest.size() > definition.steps.size());
-        CHECK(report.longest.front() == "begin");
+        // Begins, after the outcomes of its conditions it assumes.
+        const auto begin = std::find(report.longest.begin(), report.longest.end(), "begin");
+        REQUIRE(begin != report.longest.end());
+        for (auto it = report.longest.begin(); it != begin; ++it) CHECK(it->rfind("assume ", 0) == 0);
+        CHECK(explore::Replay(definition, report.longest).empty());
     }
 }
 
@@ -202,4 +212,103 @@ TEST_CASE("a definition with a compensatable step after its pivot is caught") {
     CHECK(v->detail ==
           "compensatable step 'approve-order' had not run when step 'charge-payment', past the point of "
           "no return, ran");
+}
+
+TEST_CASE("a machine that compensates a step before the branches that waited for it is caught") {
+    auto loaded = sagaflow::LoadDefinitionString(R"(
+saga: fan
+version: 1
+steps:
+  - {name: a, participant: p, kind: compensatable, command: A, compensation: UndoA}
+  - {name: b, participant: p, kind: compensatable, command: B, compensation: UndoB}
+  - {name: c, after: [a], participant: p, kind: compensatable, command: C, compensation: UndoC}
+  - {name: d, after: [b, c], participant: p, kind: pivot, command: D}
+)",
+                                                 "fan.yaml");
+    REQUIRE(loaded.definition);
+    const auto& definition = *loaded.definition;
+    // Broken: once the saga turns to compensating, every step that took effect is compensated at
+    // once, without waiting for the steps that depend on it.
+    const explore::Decider eager = [](const SagaDefinition& d, const machine::SagaState& s, const machine::Event& e) {
+        auto decision = machine::Decide(d, s, e);
+        if (decision.ignored || s.status != machine::SagaStatus::kRunning ||
+            decision.state.status != machine::SagaStatus::kCompensating) {
+            return decision;
+        }
+        for (const auto& step : d.steps) {
+            const auto* action = decision.state.Find(step.name, machine::Phase::kAction);
+            if (!step.compensation || action == nullptr ||
+                (action->status != machine::StepStatus::kSucceeded && !action->outcome_unknown) ||
+                decision.state.Find(step.name, machine::Phase::kCompensation) != nullptr) {
+                continue;
+            }
+            machine::StepPhaseState undo;
+            undo.step_name = step.name;
+            undo.phase = machine::Phase::kCompensation;
+            decision.state.phases.push_back(undo);
+            decision.commands.push_back(machine::Dispatch{step.name, machine::Phase::kCompensation, 1, {}});
+        }
+        return decision;
+    };
+    CHECK(explore::Explore(definition).Ok());
+    const auto report = explore::Explore(definition, {}, eager);
+    INFO(report.Text());
+    const auto* v = Find(report, "undo-order");
+    REQUIRE(v != nullptr);
+    // Shortest: a succeeded, then b fails while c is in flight (c's outcome unknown: undone first).
+    CHECK(Joined(v->events) == "begin; reply a action #1 success; reply b action #1 failure");
+    CHECK(v->detail == "step 'a' was compensated before step 'c', which waited for it, was compensated");
+    CHECK(explore::Replay(definition, v->events, eager) == std::vector<std::string>{"undo-order"});
+    CHECK(explore::Replay(definition, v->events).empty());
+}
+
+TEST_CASE("a condition's outcomes are each explored, and a sequence names the outcomes it assumes") {
+    auto loaded = sagaflow::LoadDefinitionString(R"(
+saga: wrap
+version: 1
+input: {gift: {type: boolean, default: false}}
+steps:
+  - {name: order, participant: p, kind: compensatable, command: A, compensation: UndoA}
+  - {name: wrap, when: {path: $.input.gift, equals: true}, participant: p, kind: compensatable, command: W,
+     compensation: UndoW}
+  - {name: ship, participant: p, kind: pivot, command: S}
+)",
+                                                 "wrap.yaml");
+    REQUIRE(loaded.definition);
+    const auto report = explore::Explore(*loaded.definition);
+    INFO(report.Text());
+    CHECK(report.Ok());
+    CHECK(report.end_states.count("completed") == 1);
+    CHECK(report.end_states.count("(skipped wrap) completed") == 1);
+    CHECK(report.end_states.count("compensated: undid wrap, order") == 1);
+    CHECK(report.end_states.count("(skipped wrap) compensated: undid wrap, order") == 0);  // never undone if skipped
+    // A machine that compensates skipped steps is caught under the assumption that skips them.
+    const explore::Decider undo_skipped =
+        [](const SagaDefinition& d, const machine::SagaState& s, const machine::Event& e) {
+            auto decision = machine::Decide(d, s, e);
+            if (decision.ignored || decision.state.status != machine::SagaStatus::kCompensating) return decision;
+            for (auto& p : decision.state.phases) {
+                if (p.status != machine::StepStatus::kSkipped ||
+                    decision.state.Find(p.step_name, machine::Phase::kCompensation))
+                    continue;
+                const std::string name = p.step_name;
+                decision.state.phases.push_back({name,
+                                                 machine::Phase::kCompensation,
+                                                 machine::StepStatus::kDispatched,
+                                                 1,
+                                                 false,
+                                                 false,
+                                                 false,
+                                                 nullptr});
+                decision.commands.push_back(machine::Dispatch{name, machine::Phase::kCompensation, 1, {}});
+                break;
+            }
+            return decision;
+        };
+    const auto broken = explore::Explore(*loaded.definition, {}, undo_skipped);
+    const auto* v = Find(broken, "undo-effect");
+    REQUIRE(v != nullptr);
+    CHECK(Joined(v->events) ==
+          "assume wrap skipped; begin; reply order action #1 success; reply ship action #1 failure");
+    CHECK(v->detail == "step 'wrap' was compensated although it was skipped");
 }
