@@ -92,7 +92,8 @@ class Loader : public detail::YamlReader {
                                            int depth);
 
     // --- checks over the whole saga ---
-    void ResolveAfter(SagaDefinition& saga);
+    // False when a name could not be resolved (reported): the graph is incomplete.
+    bool ResolveAfter(SagaDefinition& saga);
     void CheckReferences(const SagaDefinition& saga, const StepGraph& graph);
     // Returns the input field the path names, when it names one.
     const FieldSchema* CheckPath(const std::string& expression,
@@ -569,6 +570,7 @@ std::optional<Condition> Loader::ReadCondition(const YAML::Node& node,
     }
     const auto fields = Map(node, mark, path, kKeys);
     if (!fields) return std::nullopt;
+    if (fields->size() != node.size()) return std::nullopt;  // an unknown key, reported with its suggestion
     Condition c;
     std::vector<std::string> ops;
     for (const auto& [key, unused] : *fields) {
@@ -648,7 +650,8 @@ std::optional<Condition> Loader::ReadCondition(const YAML::Node& node,
     return c;
 }
 
-void Loader::ResolveAfter(SagaDefinition& saga) {
+bool Loader::ResolveAfter(SagaDefinition& saga) {
+    bool resolved = true;
     std::vector<std::string> names;
     for (const auto& step : saga.steps) names.push_back(step.name);
     for (std::size_t i = 0; i < saga.steps.size(); ++i) {
@@ -668,6 +671,7 @@ void Loader::ResolveAfter(SagaDefinition& saga) {
                 ok = false;
             }
         }
+        resolved = resolved && ok;
         if (!ok) continue;
         std::sort(step.after->begin(), step.after->end());
         // Waiting for the step listed before (or, first, for nothing) is what no `after` means: one
@@ -676,6 +680,7 @@ void Loader::ResolveAfter(SagaDefinition& saga) {
             i == 0 ? std::vector<std::string>{} : std::vector<std::string>{saga.steps[i - 1].name};
         if (*step.after == implicit) step.after.reset();
     }
+    return resolved;
 }
 
 void Loader::ReadStep(const YAML::Node& node, const std::string& path, SagaDefinition& saga) {
@@ -1142,9 +1147,11 @@ LoadResult Loader::Run(std::string_view text) {
                       "duplicate step name '" + name + "' (also steps[" + std::to_string(it->second) + "])");
             }
         }
-        ResolveAfter(saga);
+        const bool resolved = ResolveAfter(saga);
         const StepGraph graph(saga);
-        if (!graph.Cycle().empty()) {
+        if (!resolved) {
+            // The checks below need every step's place in the graph.
+        } else if (!graph.Cycle().empty()) {
             std::string cycle;
             for (const auto k : graph.Cycle()) cycle += "'" + saga.steps[k].name + "' → ";
             cycle += "'" + saga.steps[graph.Cycle().front()].name + "'";

@@ -89,6 +89,18 @@ TEST_CASE("every malformed file in the corpus is refused with positioned errors"
         const auto result = sagaflow::LoadDefinitionFile(file);
         CHECK_FALSE(result.definition.has_value());
         REQUIRE_FALSE(result.diagnostics.empty());
+        // A file may say what it is refused for: "# expect: <part of the message>" on its first line.
+        std::ifstream in(file, std::ios::binary);
+        std::string first;
+        std::getline(in, first);
+        if (first.rfind("# expect: ", 0) == 0) {
+            const std::string expected = first.substr(10);
+            const bool said = std::any_of(result.diagnostics.begin(), result.diagnostics.end(), [&](const auto& d) {
+                return d.message.find(expected) != std::string::npos;
+            });
+            CHECK_MESSAGE(said, "no diagnostic says: " << expected);
+            CHECK(result.diagnostics.size() == 1);  // one mistake, one error
+        }
         for (const auto& d : result.diagnostics) {
             CHECK(d.file == file.string());
             CHECK_FALSE(d.message.empty());
@@ -206,4 +218,48 @@ TEST_CASE("the Mermaid check itself refuses broken diagrams") {
           "not a node or edge statement:     a[\"a\"");
     CHECK(MermaidProblems("---\ntitle: x\n---\nflowchart LR\n    a[\"a\"]\n    a --> a\n    class a done\n") ==
           "class used before its classDef:     class a done");
+}
+
+TEST_CASE("definitions written before steps formed a graph keep their canonical hashes") {
+    // The hashes running instances are pinned to (sagaflow validate printed them before `after:`
+    // and `when:` existed).
+    const std::map<std::string, std::string> pinned{{"sagas/order-payment.yaml", "91b677236567"},
+                                                    {"bench/sagas/trip-booking-linear.yaml", "4ec5d84f274a"},
+                                                    {"tests/corpus/upgrade/order-payment-v2-unsafe.yaml", "3456e6f70112"}};
+    for (const auto& [file, hash] : pinned) {
+        CAPTURE(file);
+        const auto result = sagaflow::LoadDefinitionFile(SourceDir() / file);
+        REQUIRE(result.definition);
+        CHECK(result.definition->hash.substr(0, 12) == hash);
+    }
+}
+
+TEST_CASE("'after' naming the step before, or nothing for the first, means no 'after': one form, one hash") {
+    const std::string plain = R"(
+saga: s
+version: 1
+steps:
+  - {name: a, participant: p, kind: compensatable, command: A, compensation: UndoA}
+  - {name: b, participant: p, kind: pivot, command: B}
+)";
+    const std::string spelled = R"(
+saga: s
+version: 1
+steps:
+  - {name: a, after: [], participant: p, kind: compensatable, command: A, compensation: UndoA}
+  - {name: b, after: [a], participant: p, kind: pivot, command: B}
+)";
+    const auto a = sagaflow::LoadDefinitionString(plain, "plain.yaml");
+    const auto b = sagaflow::LoadDefinitionString(spelled, "spelled.yaml");
+    REQUIRE(a.definition);
+    REQUIRE(b.definition);
+    CHECK(a.definition->hash == b.definition->hash);
+    CHECK(!b.definition->steps[1].after.has_value());
+    // The order of names in `after` does not matter either; a condition does.
+    const auto trip = sagaflow::LoadDefinitionFile(SourceDir() / "sagas/trip-booking.yaml");
+    REQUIRE(trip.definition);
+    CHECK(trip.definition->steps[3].after == std::vector<std::string>{"insure", "reserve-flight", "reserve-hotel"});
+    const auto canonical = trip.definition->Canonical();
+    CHECK(canonical["steps"][2]["when"] == nlohmann::json{{"path", "$.input.insurance"}, {"equals", true}});
+    CHECK(!canonical["steps"][4].contains("after"));  // confirm-hotel follows charge-card, as listed
 }
