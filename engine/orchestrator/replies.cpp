@@ -103,7 +103,7 @@ void ReplyHandler::OnReply(pqxx::transaction_base& tx,
     reply.attempt = current != nullptr ? current->attempt : 1;  // every attempt carries the same command
     reply.outcome = outcome;
     reply.data = e.data;
-    const auto decision = machine::Decide(*definition, saga->state, reply);
+    const auto decision = machine::Decide(*definition, saga->state, reply, saga->input);
     if (decision.ignored) return ignore(saga->saga_id, *decision.ignored);
     const auto effects =
         sagas_.Persist(&tx,

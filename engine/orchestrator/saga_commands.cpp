@@ -101,7 +101,7 @@ SagaCommands::PlannedStart SagaCommands::PlanStart(const SagaDefinition& definit
         saga.traceparent = trace.traceparent;
         if (outbox::ValidTracestate(trace.tracestate)) saga.tracestate = trace.tracestate;
     }
-    const auto decision = machine::Decide(definition, saga.state, machine::Begin{});
+    const auto decision = machine::Decide(definition, saga.state, machine::Begin{}, saga.input);
     WriteBatch writes;
     SideEffects none;  // a start finishes no step and parks nothing
     const auto effects = sagas_.Persist(nullptr,
@@ -266,18 +266,27 @@ SagaCommands::Cancellation SagaCommands::CancelLocked(pqxx::work& tx,
                                                       const LoadedSaga& saga,
                                                       const std::string& reason) {
     Cancellation c;
-    const auto decision = machine::Decide(definition, saga.state, machine::Cancel{reason});
+    const auto decision = machine::Decide(definition, saga.state, machine::Cancel{reason}, saga.input);
     c.status = decision.state.status;
     if (decision.ignored) {
         c.refused = *decision.ignored;
         return c;
     }
-    c.step = definition.steps[saga.state.current_step].name;
-    const auto* action = saga.state.Find(c.step, machine::Phase::kAction);
+    // The steps in flight, stopped (the first names the timeline entry; a graph may have several).
     nlohmann::json detail = nlohmann::json::object();
     if (!reason.empty()) detail["reason"] = reason;
-    c.effects = sagas_.Persist(
-        &tx, definition, saga, decision, c.side, {{"cancelled", c.step, "action", action->attempt, {}, detail}});
+    int attempt = 0;
+    for (const auto& phase : saga.state.phases) {
+        if (phase.phase != machine::Phase::kAction || phase.status != machine::StepStatus::kDispatched) continue;
+        if (c.step.empty()) {
+            c.step = phase.step_name;
+            attempt = phase.attempt;
+        } else {
+            detail["alsoStopped"].push_back(phase.step_name);
+        }
+    }
+    c.effects =
+        sagas_.Persist(&tx, definition, saga, decision, c.side, {{"cancelled", c.step, "action", attempt, {}, detail}});
     return c;
 }
 

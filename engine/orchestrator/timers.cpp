@@ -54,7 +54,7 @@ bool TimerService::Fire(pqxx::connection& conn, const DueTimer& timer) {
     }
     machine::Event event = machine::Timeout{timer.step_name, timer.phase, timer.attempt};
     if (timer.retry) event = machine::RetryDue{timer.step_name, timer.phase, timer.attempt + 1};
-    const auto decision = machine::Decide(*definition, saga->state, event);
+    const auto decision = machine::Decide(*definition, saga->state, event, saga->input);
     if (decision.ignored) return false;  // another engine fired it first
     std::vector<TimelineRow> timeline;
     if (!timer.retry) {

@@ -237,17 +237,20 @@ ArrayColumns NewStepColumns(const std::vector<NewStep>& steps) {
                           {"topic", "text"},
                           {"message_key", "text"},
                           {"headers", "text"},
-                          {"payload", "text"}}};
+                          {"payload", "text"},
+                          {"status", "text"}}};
     for (const auto& n : steps) {
         std::vector<ArrayColumns::Value> row{n.saga_id, n.step_name, n.phase, n.timeout_ms};
         for (std::size_t i = 0; i < 5; ++i) row.emplace_back(n.outbox.at(i));
+        row.emplace_back(n.status);
         columns.Add(std::move(row));
     }
     return columns;
 }
 
 // Common table expressions `v` (the new phases) and `step` (their step rows, RETURNING the command
-// event id of each row that was new), optionally only `if` a condition holds. A step row is the
+// event id of each row that was new), optionally only `if` a condition holds. A skipped step's row
+// has an event id that no outbox row carries (kDispatchedSteps joins only dispatched ones). A step row is the
 // dedup key of its phase: the outbox row goes in only with a new step row (joined on `step`), in
 // the order the decisions were made (the relay keeps each key's order by id). A phase that has a
 // row already, or comes twice in `v`, is left out by a lookup, not by `ON CONFLICT` (which writes a
@@ -259,13 +262,18 @@ std::string NewStepsSql(ArrayStatement& statement, const ArrayColumns& steps, co
     return "v AS (SELECT * FROM " + statement.Unnest(steps, "u", true) +
            "), "
            "step AS (INSERT INTO saga_step (saga_id, step_name, phase, status, attempt, command_event_id, "
-           "deadline_at) SELECT saga_id, step_name, phase, 'dispatched', 1, event_id, "
-           "clock_timestamp() + timeout_ms * interval '1 millisecond' FROM v WHERE " +
+           "deadline_at, completed_at) SELECT saga_id, step_name, phase, status, 1, event_id, CASE WHEN status = "
+           "'dispatched' THEN clock_timestamp() + timeout_ms * interval '1 millisecond' END, CASE WHEN status = "
+           "'skipped' THEN clock_timestamp() END FROM v WHERE " +
            (condition.empty() ? "" : condition + " AND ") +
            "NOT EXISTS (SELECT FROM saga_step s WHERE s.saga_id = v.saga_id AND s.step_name = v.step_name AND "
            "s.phase = v.phase) AND NOT EXISTS (SELECT FROM v w WHERE w.saga_id = v.saga_id AND w.step_name = "
            "v.step_name AND w.phase = v.phase AND w.n < v.n) ORDER BY n RETURNING command_event_id)";
 }
+
+// The new phases' rows that carry a command.
+constexpr const char* kDispatchedSteps =
+    "JOIN step ON step.command_event_id = v.event_id WHERE v.status = 'dispatched'";
 
 }  // namespace
 
@@ -326,7 +334,7 @@ WriteBatch::Pending WriteBatch::TakeStatement() {
         statement.Unnest(answered, "a") +
         " WHERE s.saga_id = a.saga_id AND s.step_name = a.step_name AND s.phase = a.phase), ";
     sql += NewStepsSql(statement, NewStepColumns(new_steps_));
-    sql += ", dispatch AS (" + outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
+    sql += ", dispatch AS (" + outbox::InsertRowsFrom("v", kDispatchedSteps) +
            " RETURNING event_id), "
            "timeline AS (" +
            InsertTimelineSql("SELECT * FROM " + statement.Unnest(timeline, "e", true) +
@@ -392,8 +400,8 @@ store::Statement WriteBatch::StartStatement(const NewSaga& saga) {
         "timeline AS (" +
         InsertTimelineSql("SELECT saga.saga_id, e.* FROM saga, " + statement.Unnest(timeline, "e", true)) + "), ";
     sql += NewStepsSql(statement, NewStepColumns(new_steps_), "EXISTS (SELECT FROM saga)");
-    sql += ", dispatch AS (" + outbox::InsertRowsFrom("v", "JOIN step ON step.command_event_id = v.event_id") +
-           " RETURNING 1) SELECT count(*) FROM saga";
+    sql +=
+        ", dispatch AS (" + outbox::InsertRowsFrom("v", kDispatchedSteps) + " RETURNING 1) SELECT count(*) FROM saga";
     sagas_.clear();
     updates_.clear();
     saga_rows_.clear();
@@ -442,6 +450,8 @@ class Persistence {
                 Retry(*retry);
             } else if (const auto* finish = std::get_if<machine::Finish>(&command)) {
                 Finish(*finish);
+            } else if (const auto* skip = std::get_if<machine::Skip>(&command)) {
+                Skip(*skip);
             }
         }
         SagaRowAndTimeline();
@@ -517,6 +527,13 @@ class Persistence {
             {saga_.saga_id, step->name, phase_text, std::to_string(dispatch.timeout.count()), std::move(row.params)});
         // Recorded only if the phase was not dispatched before: never twice.
         Record({"dispatched", step->name, phase_text, 1, event.id, {{"type", spec.type}}}, true);
+    }
+
+    // A step whose condition was false: its row, no command.
+    void Skip(const machine::Skip& skip) {
+        writes_.new_steps_.push_back(
+            {saga_.saga_id, skip.step_name, "action", "0", {outbox::NewUuidV7(), "", "", "{}", "{}"}, "skipped"});
+        Record({"skipped", skip.step_name, "action", 0, {}, {{"reason", skip.reason}}}, false);
     }
 
     // A resend: the same row, the same event id, the same bytes.

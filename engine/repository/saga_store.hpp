@@ -134,7 +134,8 @@ class WriteBatch {
     };
     struct NewStep {
         std::string saga_id, step_name, phase, timeout_ms;
-        std::vector<std::string> outbox;  // event id, topic, key, headers, payload
+        std::vector<std::string> outbox;    // event id, topic, key, headers, payload
+        std::string status = "dispatched";  // or "skipped": a row without a command
     };
     struct SagaRow {
         std::string saga_id, status, current_step, data;

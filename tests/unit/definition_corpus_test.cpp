@@ -223,9 +223,10 @@ TEST_CASE("the Mermaid check itself refuses broken diagrams") {
 TEST_CASE("definitions written before steps formed a graph keep their canonical hashes") {
     // The hashes running instances are pinned to (sagaflow validate printed them before `after:`
     // and `when:` existed).
-    const std::map<std::string, std::string> pinned{{"sagas/order-payment.yaml", "91b677236567"},
-                                                    {"bench/sagas/trip-booking-linear.yaml", "4ec5d84f274a"},
-                                                    {"tests/corpus/upgrade/order-payment-v2-unsafe.yaml", "3456e6f70112"}};
+    const std::map<std::string, std::string> pinned{
+        {"sagas/order-payment.yaml", "91b677236567"},
+        {"bench/sagas/trip-booking-linear.yaml", "4ec5d84f274a"},
+        {"tests/corpus/upgrade/order-payment-v2-unsafe.yaml", "3456e6f70112"}};
     for (const auto& [file, hash] : pinned) {
         CAPTURE(file);
         const auto result = sagaflow::LoadDefinitionFile(SourceDir() / file);
