@@ -25,16 +25,45 @@ void Collect(pqxx::transaction_base& tx, AuditCheck& check, const std::string& s
     }
 }
 
+// For each step of a canonical definition, the steps that run after it on every run (its
+// descendants): `after` when the definition names it, else the step listed before.
+std::vector<std::set<std::size_t>> Descendants(const nlohmann::json& steps) {
+    const std::size_t n = steps.size();
+    std::vector<std::vector<std::size_t>> children(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!steps[i].contains("after")) {
+            if (i > 0) children[i - 1].push_back(i);
+            continue;
+        }
+        for (const auto& name : steps[i]["after"]) {
+            for (std::size_t j = 0; j < n; ++j) {
+                if (steps[j]["name"] == name) children[j].push_back(i);
+            }
+        }
+    }
+    std::vector<std::set<std::size_t>> below(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        std::vector<std::size_t> stack(children[i].begin(), children[i].end());
+        while (!stack.empty()) {
+            const std::size_t k = stack.back();
+            stack.pop_back();
+            if (below[i].insert(k).second) stack.insert(stack.end(), children[k].begin(), children[k].end());
+        }
+    }
+    return below;
+}
+
 // The compensation rules, saga by saga, against the definition each saga ran on.
 void CheckCompensations(pqxx::transaction_base& tx, AuditCheck& check) {
     struct Phase {
         std::string step, phase, status;
+        double dispatched_at = 0;  // seconds; equal for the rows one transaction wrote
     };
     std::map<std::string, std::vector<Phase>> phases;
-    for (const auto& row : tx.exec("SELECT saga_id::text, step_name, phase, status FROM saga_step "
-                                   "ORDER BY saga_id, dispatched_at, phase")) {
+    for (const auto& row : tx.exec("SELECT saga_id::text, step_name, phase, status, extract(epoch FROM dispatched_at) "
+                                   "FROM saga_step ORDER BY saga_id, dispatched_at, phase")) {
         phases[row[0].as<std::string>()].push_back(
-            {row[1].as<std::string>(), row[2].as<std::string>(), row[3].as<std::string>()});
+            {row[1].as<std::string>(), row[2].as<std::string>(), row[3].as<std::string>(), row[4].as<double>()});
     }
     for (const auto& row :
          tx.exec("SELECT i.saga_id::text, i.status, d.canonical::text FROM saga_instance i JOIN saga_definition d ON "
@@ -52,7 +81,9 @@ void CheckCompensations(pqxx::transaction_base& tx, AuditCheck& check) {
         }
         std::set<std::string> took_effect;     // actions that succeeded or whose outcome is unknown
         std::vector<std::string> compensated;  // in dispatch order
+        std::map<std::string, double> undone_at;
         for (const auto& p : phases[saga]) {
+            if (p.phase == "compensation") undone_at[p.step] = p.dispatched_at;
             if (p.phase == "action" && (p.status == "succeeded" || p.status == "timed_out" || p.status == "cancelled"))
                 took_effect.insert(p.step);
             if (p.phase == "compensation") {
@@ -72,11 +103,20 @@ void CheckCompensations(pqxx::transaction_base& tx, AuditCheck& check) {
         if (done != expected || done.size() != compensated.size()) {
             Add(check, saga, fmt::format("compensated {} step(s), {} expected", compensated.size(), expected.size()));
         }
-        for (std::size_t k = 1; k < compensated.size(); ++k) {
-            if (index[compensated[k - 1]] < index[compensated[k]]) {
-                Add(check,
-                    saga,
-                    "compensations not in reverse order: " + compensated[k - 1] + " before " + compensated[k]);
+        // A step's compensation goes out after (in a later transaction than) the compensation of
+        // every step that ran after it and took effect.
+        const auto below = Descendants(canonical["steps"]);
+        for (const auto& [step, at] : undone_at) {
+            for (const std::size_t k : below[index[step]]) {
+                const std::string later = canonical["steps"][k]["name"];
+                const auto it = undone_at.find(later);
+                if (took_effect.count(later) == 0 || compensatable.count(later) == 0) continue;
+                if (it == undone_at.end() || it->second >= at) {
+                    Add(check,
+                        saga,
+                        "compensations not in reverse dependency order: " + step + " before " + later +
+                            ", which ran after it");
+                }
             }
         }
     }
@@ -126,7 +166,8 @@ AuditCheck DispatchOnce(pqxx::transaction_base& tx) {
         "UNION ALL SELECT saga_id::text, 'step ' || step_name || ' ' || phase || ' has ' || count(*) || ' dispatch "
         "entries' FROM saga_timeline WHERE kind = 'dispatched' GROUP BY saga_id, step_name, phase HAVING count(*) > 1 "
         "UNION ALL SELECT s.saga_id::text, 'step ' || s.step_name || ' ' || s.phase || ' has no outbox row' FROM "
-        "saga_step s WHERE NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = s.command_event_id) AND "
+        "saga_step s WHERE s.status <> 'skipped' AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.event_id = "
+        "s.command_event_id) AND "
         // The sweeper deletes a command's row a TTL (at least store::kMinTtl) after its step ended.
         "(s.completed_at IS NULL OR s.completed_at >= now() - interval '" +
             std::to_string(store::kMinTtl.count()) + " hours')");
