@@ -4,6 +4,8 @@
 #include <sstream>
 #include <vector>
 
+#include "core/step_graph.hpp"
+
 namespace sagaflow {
 namespace {
 
@@ -28,7 +30,72 @@ struct Graph {
     std::vector<Edge> edges;
 };
 
+// The graph of a saga whose steps branch or have conditions: forward edges from each step to the
+// steps that wait for it; a failure's edges to the compensations of its nearest compensatable
+// ancestors (those run first; the others follow them, as the compensations' own edges show).
+Graph BuildBranchedGraph(const SagaDefinition& saga, const StepGraph& order) {
+    Graph g;
+    const std::size_t n = saga.steps.size();
+    const auto id = [](char kind, std::size_t i) { return std::string(1, kind) + std::to_string(i); };
+    g.nodes.push_back({"start", "start", Node::Shape::kTerminal});
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto& step = saga.steps[i];
+        const bool pivot = step.kind == StepKind::kPivot;
+        std::string label = step.name + (pivot ? " (pivot)" : step.kind == StepKind::kRetriable ? " (retriable)" : "");
+        label += "\n" + step.participant + ": " + step.action.type;
+        if (step.when) label += "\nwhen " + Describe(*step.when);
+        g.nodes.push_back({id('s', i), label, pivot ? Node::Shape::kPivot : Node::Shape::kStep, {step.name, "action"}});
+        if (step.compensation) {
+            g.nodes.push_back({id('c', i),
+                               "undo " + step.name + "\n" + step.participant + ": " + step.compensation->type,
+                               Node::Shape::kCompensation,
+                               {step.name, "compensation"}});
+        }
+    }
+    g.nodes.push_back({"completed", "completed", Node::Shape::kTerminal});
+    g.nodes.push_back({"compensated", "compensated", Node::Shape::kTerminal});
+    // The compensatable steps that ran before i with no other such step between them and i, and,
+    // for a failure of i, those that may run beside it (stopped and undone with it).
+    const auto nearest_undo = [&](std::size_t i, bool beside) {
+        std::vector<std::string> targets;
+        for (std::size_t a = 0; a < n; ++a) {
+            if (!saga.steps[a].compensation) continue;
+            if (beside && order.Concurrent(a, i)) {
+                targets.push_back(id('c', a));
+                continue;
+            }
+            if (!order.Before(a, i)) continue;
+            bool covered = false;
+            for (std::size_t b = 0; b < n && !covered; ++b) {
+                covered = b != a && saga.steps[b].compensation && order.Before(a, b) && order.Before(b, i);
+            }
+            if (!covered) targets.push_back(id('c', a));
+        }
+        if (targets.empty()) targets.push_back("compensated");
+        return targets;
+    };
+    for (std::size_t i = 0; i < n; ++i) {
+        if (order.Parents(i).empty()) g.edges.push_back({"start", id('s', i), "", false});
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        for (const auto child : order.Children(i)) g.edges.push_back({id('s', i), id('s', child), "success", false});
+        if (order.Children(i).empty()) g.edges.push_back({id('s', i), "completed", "success", false});
+        if (saga.steps[i].kind == StepKind::kRetriable) continue;
+        for (const auto& target : nearest_undo(i, true)) g.edges.push_back({id('s', i), target, "failure", true});
+        if (saga.steps[i].compensation) g.edges.push_back({id('s', i), id('c', i), "timeout or cancel", true});
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        if (!saga.steps[i].compensation) continue;
+        for (const auto& target : nearest_undo(i, false)) g.edges.push_back({id('c', i), target, "", true});
+    }
+    return g;
+}
+
 Graph BuildGraph(const SagaDefinition& saga) {
+    const StepGraph order(saga);
+    const bool conditional =
+        std::any_of(saga.steps.begin(), saga.steps.end(), [](const auto& step) { return step.when.has_value(); });
+    if (!order.Linear() || conditional) return BuildBranchedGraph(saga, order);
     Graph g;
     g.nodes.push_back({"start", "start", Node::Shape::kTerminal});
     for (std::size_t i = 0; i < saga.steps.size(); ++i) {
@@ -106,6 +173,7 @@ std::pair<const char*, const char*> Colours(const std::string& status) {
     if (status == "compensated") return {"#bbdefb", "#1565c0"};
     if (status == "failed") return {"#ffcdd2", "#c62828"};
     if (status == "timed_out" || status == "cancelled") return {"#ffe0b2", "#ef6c00"};
+    if (status == "skipped") return {"#eeeeee", "#757575"};
     return {"#fff59d", "#f9a825"};  // dispatched: in flight or waiting for its next attempt
 }
 
@@ -242,7 +310,41 @@ std::string Svg(const SagaDefinition& saga, const Graph& g, const GraphOverlay* 
         int x = 0, y = 0;
     };
     std::map<std::string, Box> at;
+    const StepGraph order(saga);
+    const bool branched = !order.Linear() || std::any_of(saga.steps.begin(), saga.steps.end(), [](const auto& step) {
+        return step.when.has_value();
+    });
+    // Branched: a column per depth (the longest way from the start), the steps of one depth one
+    // under another, and the compensations in the same columns below every step.
+    std::vector<int> depth(saga.steps.size(), 1);
+    std::vector<int> row(saga.steps.size(), 0);
+    int columns = static_cast<int>(saga.steps.size());
+    int rows = 1;
+    if (branched) {
+        std::map<int, int> used;
+        for (const auto i : order.Order()) {
+            for (const auto p : order.Parents(i)) depth[i] = std::max(depth[i], depth[p] + 1);
+            row[i] = used[depth[i]]++;
+            rows = std::max(rows, row[i] + 1);
+        }
+        columns = *std::max_element(depth.begin(), depth.end());
+    }
+    constexpr int kRow = 80;
+    const int bottom = branched ? kTop + rows * kRow + 30 : kBottom;
     for (const auto& n : g.nodes) {
+        if (branched) {
+            if (n.id == "start") {
+                at[n.id] = {kMargin, kTop};
+            } else if (n.id == "compensated") {
+                at[n.id] = {kMargin, bottom};
+            } else if (n.id == "completed") {
+                at[n.id] = {kMargin + (columns + 1) * kColumn, kTop};
+            } else {
+                const auto i = static_cast<std::size_t>(std::stoi(n.id.substr(1)));
+                at[n.id] = {kMargin + depth[i] * kColumn, (n.id[0] == 's' ? kTop : bottom) + row[i] * kRow};
+            }
+            continue;
+        }
         if (n.id == "start") {
             at[n.id] = {kMargin, kTop};
         } else if (n.id == "compensated") {
@@ -254,8 +356,8 @@ std::string Svg(const SagaDefinition& saga, const Graph& g, const GraphOverlay* 
             at[n.id] = {kMargin + column * kColumn, n.id[0] == 's' ? kTop : kBottom};
         }
     }
-    const int width = kMargin * 2 + static_cast<int>(saga.steps.size() + 1) * kColumn + kWidth;
-    const int height = kBottom + kHeight + 60;
+    const int width = kMargin * 2 + (columns + 1) * kColumn + kWidth;
+    const int height = bottom + (branched ? (rows - 1) * kRow : 0) + kHeight + 60;
     std::ostringstream out;
     out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
         << "\" viewBox=\"0 0 " << width << " " << height << "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
@@ -272,7 +374,21 @@ std::string Svg(const SagaDefinition& saga, const Graph& g, const GraphOverlay* 
         const auto from = at[e.from];
         const auto to = at[e.to];
         int x1 = 0, y1 = 0, x2 = 0, y2 = 0;
-        if (from.y == to.y) {  // along a row: forward to the right, compensations to the left
+        if (branched) {  // from the side that faces the target
+            if (to.x > from.x) {
+                x1 = from.x + kWidth, x2 = to.x, y1 = from.y + kHeight / 2, y2 = to.y + kHeight / 2;
+            } else if (to.x < from.x) {
+                x1 = from.x, x2 = to.x + kWidth, y1 = from.y + kHeight / 2, y2 = to.y + kHeight / 2;
+            } else {  // down the gap left of the column, past the boxes in it
+                const int gap = from.x - 8 - ((from.y - kTop) / kRow) * 5;
+                const int ya = from.y + kHeight / 2, yb = to.y + kHeight / 2;
+                out << "<polyline points=\"" << from.x << "," << ya << " " << gap << "," << ya << " " << gap << ","
+                    << yb << " " << to.x << "," << yb << "\" fill=\"none\" stroke=\"#b03030\" "
+                    << "stroke-dasharray=\"6 4\" marker-end=\"url(#arrow-undo)\" stroke-width=\"1.5\"><title>"
+                    << Xml(e.from + " → " + e.to + (e.label.empty() ? "" : ": " + e.label)) << "</title></polyline>\n";
+                continue;
+            }
+        } else if (from.y == to.y) {  // along a row: forward to the right, compensations to the left
             const bool right = to.x > from.x;
             x1 = right ? from.x + kWidth : from.x;
             x2 = right ? to.x : to.x + kWidth;
@@ -316,25 +432,29 @@ std::string Svg(const SagaDefinition& saga, const Graph& g, const GraphOverlay* 
         std::istringstream label(n.label);
         for (std::string line; std::getline(label, line);) lines.push_back(line);
         const int first = box.y + kHeight / 2 + 5 - static_cast<int>(lines.size() - 1) * 8;
+        for (auto& line : lines) {  // a long condition is cut; the node's title has it whole
+            if (line.size() > 30) line = line.substr(0, 28) + "…";
+        }
         for (std::size_t i = 0; i < lines.size(); ++i) {
             out << "<text x=\"" << box.x + kWidth / 2 << "\" y=\"" << first + static_cast<int>(i) * 16
                 << "\" text-anchor=\"middle\" font-size=\"" << (i == 0 ? 13 : 11) << "\""
                 << (i == 0 ? "" : " fill=\"#444\"") << ">" << Xml(lines[i]) << "</text>";
         }
-        if (!n.status.empty() && n.shape != Node::Shape::kTerminal) {
-            out << "<title>" << Xml(n.status) << "</title>";
+        if (n.shape != Node::Shape::kTerminal && (!n.status.empty() || n.label.size() > 80)) {
+            out << "<title>" << Xml(n.status.empty() ? n.label : n.status) << "</title>";
         }
         out << "</g>\n";
     }
     // The legend: what the colours mean.
     int x = kMargin;
-    const int y = kBottom + kHeight + 30;
-    for (const auto& [status, text] :
-         std::vector<std::pair<std::string, std::string>>{{"succeeded", "succeeded"},
-                                                          {"dispatched", "in flight"},
-                                                          {"failed", "failed"},
-                                                          {"timed_out", "outcome unknown"},
-                                                          {"compensated", "compensated"}}) {
+    const int y = bottom + (branched ? (rows - 1) * kRow : 0) + kHeight + 30;
+    std::vector<std::pair<std::string, std::string>> legend{{"succeeded", "succeeded"},
+                                                            {"dispatched", "in flight"},
+                                                            {"failed", "failed"},
+                                                            {"timed_out", "outcome unknown"},
+                                                            {"compensated", "compensated"}};
+    if (branched) legend.emplace_back("skipped", "skipped");
+    for (const auto& [status, text] : legend) {
         const auto [fill, stroke] = Colours(status);
         out << "<rect x=\"" << x << "\" y=\"" << y - 11 << "\" width=\"14\" height=\"14\" rx=\"3\" fill=\"" << fill
             << "\" stroke=\"" << stroke << "\"/><text x=\"" << x + 20 << "\" y=\"" << y << "\" font-size=\"12\">"
