@@ -1,5 +1,7 @@
 #include "core/upgrade_check.hpp"
 
+#include "core/step_graph.hpp"
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -261,6 +263,58 @@ Report Compare(const SagaDefinition& o, const SagaDefinition& n) {
             "",
             Verdict::kSafe,
             "OLD's instances keep OLD's order (they run on the definition they started with)");
+    }
+    // The graph: which steps each matched step waits for, and its condition.
+    for (const auto& [i, j] : match) {
+        std::set<std::string> before, after;
+        for (const auto& name : AfterNames(o, i)) {
+            for (const auto& [k, l] : match) {
+                if (o.steps[k].name == name) before.insert(n.steps[l].name);
+            }
+        }
+        for (const auto& name : AfterNames(n, j)) after.insert(name);
+        std::set<std::string> added, removed;
+        for (const auto& name : after) {
+            if (before.count(name) == 0) added.insert(name);
+        }
+        for (const auto& name : before) {
+            if (after.count(name) == 0) removed.insert(name);
+        }
+        const std::string& step = n.steps[j].name;
+        if (!removed.empty()) {
+            add(after.size() < before.size() || after.empty() ? "branch-split" : "dependency-removed",
+                o.steps[i].name,
+                Verdict::kSafe,
+                "'" + step + "' no longer waits for " + Join(removed) +
+                    " and may run beside it; OLD's instances keep OLD's order");
+        }
+        if (!added.empty()) {
+            add(after.size() > 1 && before.size() <= 1 ? "branch-joined" : "dependency-added",
+                o.steps[i].name,
+                Verdict::kSafe,
+                "'" + step + "' now also waits for " + Join(added) + "; OLD's instances keep OLD's order");
+        }
+        const auto& was = o.steps[i].when;
+        const auto& is = n.steps[j].when;
+        if (!was && is) {
+            add("made-conditional",
+                o.steps[i].name,
+                Verdict::kSafe,
+                "NEW skips it unless " + Describe(*is) +
+                    "; OLD's instances always run it, so its participant "
+                    "still gets its commands from them");
+        } else if (was && !is) {
+            add("condition-removed",
+                o.steps[i].name,
+                Verdict::kSafe,
+                "NEW always runs it; OLD's instances keep "
+                "their condition");
+        } else if (was && is && ToJson(*was) != ToJson(*is)) {
+            add("condition-changed",
+                o.steps[i].name,
+                Verdict::kSafe,
+                "NEW runs it when " + Describe(*is) + " (OLD: " + Describe(*was) + "); OLD's instances keep theirs");
+        }
     }
     const auto pivot_name = [](const SagaDefinition& d) {
         const auto p = d.PivotIndex();

@@ -6,8 +6,9 @@
 // change for those in-flight instances:
 //
 //   safe                 nothing an OLD instance sends or needs changes (steps added, reordered,
-//                        a compensation added, a step's kind or the pivot moved: OLD's instances
-//                        keep OLD's shape);
+//                        a compensation added, a step's kind or the pivot moved, a dependency added
+//                        or removed, a branch split or joined, a condition added, changed or removed:
+//                        OLD's instances keep OLD's shape);
 //   needs-both-handlers  OLD's instances still send something NEW does not (a removed step, a
 //                        renamed command or compensation type, a removed compensation, a step moved
 //                        to another participant): the participant must keep the old handler until
@@ -32,7 +33,9 @@ std::string_view ToString(Verdict verdict) noexcept;
 struct Change {
     std::string kind;  // step-added, step-removed, step-renamed, steps-reordered, participant-changed,
                        // command-renamed, compensation-renamed, compensation-removed, compensation-added,
-                       // kind-changed, pivot-moved, send-field-added, send-field-removed, saved-field-dropped
+                       // kind-changed, pivot-moved, send-field-added, send-field-removed, saved-field-dropped,
+                       // dependency-added, dependency-removed, branch-split, branch-joined,
+                       // made-conditional, condition-changed, condition-removed
     std::string step;  // the step (OLD's name), empty for saga-wide changes
     Verdict verdict = Verdict::kSafe;
     std::string reason;  // why, and what to do

@@ -144,3 +144,41 @@ TEST_CASE("the handlers an unfinished instance may still need, by its step") {
     // approve-order is retriable: past the point of no return nothing is compensated any more.
     CHECK(upgrade::HandlersNeeded(definition, 2, false) == std::vector<std::string>{"order: ApproveOrder.v1"});
 }
+
+TEST_CASE("graph changes are classified: branches split and joined, dependencies, conditions") {
+    const auto load = [](const std::string& yaml) {
+        auto result = sagaflow::LoadDefinitionString(yaml, "s.yaml");
+        for (const auto& d : result.diagnostics) FAIL(d.ToString());
+        REQUIRE(result.definition);
+        return *result.definition;
+    };
+    const auto old_version = load(R"(
+saga: s
+version: 1
+input: {gift: {type: boolean, default: false}}
+steps:
+  - {name: a, participant: p, kind: compensatable, command: A, compensation: UndoA}
+  - {name: b, participant: p, kind: compensatable, command: B, compensation: UndoB}
+  - {name: c, participant: p, kind: pivot, command: C}
+)");
+    const auto new_version = load(R"(
+saga: s
+version: 2
+input: {gift: {type: boolean, default: false}}
+steps:
+  - {name: a, participant: p, kind: compensatable, command: A, compensation: UndoA}
+  - {name: b, after: [], when: {path: $.input.gift, equals: true}, participant: p, kind: compensatable, command: B,
+     compensation: UndoB}
+  - {name: c, after: [a, b], participant: p, kind: pivot, command: C}
+)");
+    const auto report = sagaflow::upgrade::Compare(old_version, new_version);
+    std::vector<std::string> kinds;
+    for (const auto& c : report.changes) kinds.push_back(c.kind + " " + c.step);
+    CHECK(kinds == std::vector<std::string>{"branch-split b", "made-conditional b", "branch-joined c"});
+    CHECK(report.Worst() == sagaflow::upgrade::Verdict::kSafe);
+    // Back again: the join is split, the condition removed.
+    const auto back = sagaflow::upgrade::Compare(new_version, old_version);
+    kinds.clear();
+    for (const auto& c : back.changes) kinds.push_back(c.kind + " " + c.step);
+    CHECK(kinds == std::vector<std::string>{"dependency-added b", "condition-removed b", "branch-split c"});
+}
