@@ -13,11 +13,17 @@ using sagaflow::SagaDefinition;
 
 namespace {
 
+SagaDefinition Loaded(const char* yaml, const char* file) {
+    auto result = sagaflow::LoadDefinitionString(yaml, file);
+    for (const auto& d : result.diagnostics) FAIL(d.ToString());
+    REQUIRE(result.definition);
+    return *result.definition;
+}
+
 // hotel and flight start together (insure too, when asked), charge joins them, then two
 // confirmations side by side and the itinerary after both.
 const SagaDefinition& Trip() {
-    static const SagaDefinition definition = [] {
-        auto result = sagaflow::LoadDefinitionString(R"(
+    static const SagaDefinition definition = Loaded(R"(
 saga: trip
 version: 1
 input:
@@ -38,18 +44,13 @@ steps:
   - {name: confirm-flight, after: [charge], participant: air, kind: retriable, command: Confirm}
   - {name: itinerary, after: [confirm-hotel, confirm-flight], participant: mail, kind: retriable, command: Send}
 )",
-                                                     "trip.yaml");
-        for (const auto& d : result.diagnostics) FAIL(d.ToString());
-        REQUIRE(result.definition);
-        return *result.definition;
-    }();
+                                                    "trip.yaml");
     return definition;
 }
 
 // a -> b -> d and a -> c (c beside b and d): compensations run after every dependant's.
 const SagaDefinition& Diamond() {
-    static const SagaDefinition definition = [] {
-        auto result = sagaflow::LoadDefinitionString(R"(
+    static const SagaDefinition definition = Loaded(R"(
 saga: diamond
 version: 1
 defaults: {retry: {maxAttempts: 2}, compensationRetry: {maxAttempts: 2}}
@@ -60,11 +61,7 @@ steps:
   - {name: d, after: [b], participant: p, kind: compensatable, command: D, compensation: UndoD}
   - {name: e, after: [c, d], participant: p, kind: pivot, command: E}
 )",
-                                                     "diamond.yaml");
-        for (const auto& d : result.diagnostics) FAIL(d.ToString());
-        REQUIRE(result.definition);
-        return *result.definition;
-    }();
+                                                    "diamond.yaml");
     return definition;
 }
 

@@ -171,14 +171,15 @@ steps:
      compensation: UndoB}
   - {name: c, after: [a, b], participant: p, kind: pivot, command: C}
 )");
+    const auto kinds = [](const sagaflow::upgrade::Report& report) {
+        std::vector<std::string> out;
+        for (const auto& c : report.changes) out.push_back(c.kind + " " + c.step);
+        return out;
+    };
     const auto report = sagaflow::upgrade::Compare(old_version, new_version);
-    std::vector<std::string> kinds;
-    for (const auto& c : report.changes) kinds.push_back(c.kind + " " + c.step);
-    CHECK(kinds == std::vector<std::string>{"branch-split b", "made-conditional b", "branch-joined c"});
+    CHECK(kinds(report) == std::vector<std::string>{"branch-split b", "made-conditional b", "branch-joined c"});
     CHECK(report.Worst() == sagaflow::upgrade::Verdict::kSafe);
     // Back again: the join is split, the condition removed.
-    const auto back = sagaflow::upgrade::Compare(new_version, old_version);
-    kinds.clear();
-    for (const auto& c : back.changes) kinds.push_back(c.kind + " " + c.step);
-    CHECK(kinds == std::vector<std::string>{"dependency-added b", "condition-removed b", "branch-split c"});
+    CHECK(kinds(sagaflow::upgrade::Compare(new_version, old_version)) ==
+          std::vector<std::string>{"dependency-added b", "condition-removed b", "branch-split c"});
 }
