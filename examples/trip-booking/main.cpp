@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
     app.add_option("--slow-ms", slow_ms, "how long a \"slow-\" hotel or \"SLOW\" flight is held before its answer")
         ->capture_default_str();
     CLI11_PARSE(app, argc, argv);
-    const auto base = example::ConfigFrom(app, flags);
+    auto base = example::ConfigFrom(app, flags);
+    base.name.clear();  // each participant is named after its role, as in sagas/trip-booking.yaml
     std::vector<std::unique_ptr<sagaflow::Participant>> running;
     for (const auto& name : trip::kParticipants) {
         running.push_back(trip::Make(name, base, std::chrono::milliseconds(slow_ms)));

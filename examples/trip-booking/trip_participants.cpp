@@ -145,18 +145,29 @@ void Notify(sagaflow::Participant& p) {
 
 }  // namespace
 
-std::unique_ptr<sagaflow::Participant> Make(const std::string& name,
+std::unique_ptr<sagaflow::Participant> Make(const std::string& role,
                                             sagaflow::ParticipantConfig base,
                                             std::chrono::milliseconds slow) {
-    base.name = name;
-    base.schema = "trip_" + name;
+    if (base.name.empty()) base.name = role;
+    base.schema = "trip_" + role;
     auto participant = std::make_unique<sagaflow::Participant>(base);
-    if (name == "hotel") Hotel(*participant, slow);
-    if (name == "airline") Airline(*participant, slow);
-    if (name == "payment") Payment(*participant);
-    if (name == "insurance") Insurance(*participant);
-    if (name == "notify") Notify(*participant);
+    if (role == "hotel") Hotel(*participant, slow);
+    if (role == "airline") Airline(*participant, slow);
+    if (role == "payment") Payment(*participant);
+    if (role == "insurance") Insurance(*participant);
+    if (role == "notify") Notify(*participant);
     return participant;
+}
+
+std::string WithParticipantSuffix(std::string yaml, const std::string& suffix) {
+    for (const auto& role : kParticipants) {
+        const std::string from = "participant: " + role + "\n";
+        const std::string to = "participant: " + role + "-" + suffix + "\n";
+        for (std::size_t at = 0; (at = yaml.find(from, at)) != std::string::npos; at += to.size()) {
+            yaml.replace(at, from.size(), to);
+        }
+    }
+    return yaml;
 }
 
 }  // namespace trip

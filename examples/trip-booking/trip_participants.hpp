@@ -21,9 +21,15 @@ namespace trip {
 // The five participants' names and schemas (the YAML's `participant:`).
 inline const std::vector<std::string> kParticipants{"hotel", "airline", "payment", "insurance", "notify"};
 
-// `base` with the participant's name and schema ("trip_<name>") set, handlers registered.
-std::unique_ptr<sagaflow::Participant> Make(const std::string& name,
+// The participant playing `role` (one of kParticipants), its handlers registered: `base` with the
+// schema "trip_<role>", and the role as its name unless `base` names it (a test renames the
+// participants to keep to topics of its own).
+std::unique_ptr<sagaflow::Participant> Make(const std::string& role,
                                             sagaflow::ParticipantConfig base,
                                             std::chrono::milliseconds slow = std::chrono::seconds(3));
+
+// `yaml` (a trip-booking definition) with each participant renamed "<role>-<suffix>": topics and
+// consumer groups of their own (tests and benchmarks beside others on one broker).
+std::string WithParticipantSuffix(std::string yaml, const std::string& suffix);
 
 }  // namespace trip

@@ -3,7 +3,9 @@
 // injected in each branch and at the pivot, a cancel while both holds are in flight, and the audit.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <pqxx/pqxx>
 #include <thread>
 
@@ -43,7 +45,8 @@ std::string Status(const std::string& url, const std::string& sql) {
 
 TEST_CASE("trip-booking: branches side by side, a skipped insurance, a failure in each branch, a cancel in flight") {
     testing::ScratchDatabase db;
-    const std::string suffix = testing::UniqueName("trip");
+    std::string suffix = testing::UniqueName("trip");
+    std::replace(suffix.begin(), suffix.end(), '_', '-');  // participant names are kebab-case
     EngineConfig config;
     config.database_url = db.Url();
     config.kafka_brokers = testing::KafkaBrokers();
@@ -53,7 +56,11 @@ TEST_CASE("trip-booking: branches side by side, a skipped insurance, a failure i
     Engine engine(config);
     const char* source = std::getenv("SAGAFLOW_SOURCE_DIR");
     REQUIRE_MESSAGE(source != nullptr, "SAGAFLOW_SOURCE_DIR is not set: run this test through ctest");
-    engine.RegisterDefinitionFile(std::filesystem::path(source) / "sagas/trip-booking.yaml");
+    // The participants under names (and so topics and consumer groups) of this test's own: other
+    // tests run beside it on the same broker with a participant called payment.
+    std::ifstream file(std::filesystem::path(source) / "sagas/trip-booking.yaml");
+    const std::string yaml((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    engine.RegisterDefinition(trip::WithParticipantSuffix(yaml, suffix), "trip-booking.yaml");
     engine.Start();
 
     ParticipantConfig base;
@@ -61,8 +68,9 @@ TEST_CASE("trip-booking: branches side by side, a skipped insurance, a failure i
     base.kafka_brokers = config.kafka_brokers;
     base.replies_topic = config.replies_topic;
     std::vector<std::unique_ptr<Participant>> participants;
-    for (const auto& name : trip::kParticipants) {
-        participants.push_back(trip::Make(name, base, std::chrono::seconds(3)));
+    for (const auto& role : trip::kParticipants) {
+        base.name = role + "-" + suffix;
+        participants.push_back(trip::Make(role, base, std::chrono::seconds(3)));
         participants.back()->Start();
     }
 

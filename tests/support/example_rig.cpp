@@ -48,7 +48,8 @@ ExampleRig::~ExampleRig() {
 
 ExampleRig::Process ExampleRig::SpawnEngine(const std::string& instance,
                                             const std::vector<std::string>& env,
-                                            const std::vector<std::string>& extra) const {
+                                            const std::vector<std::string>& extra,
+                                            const std::string& cli) const {
     std::vector<std::string> args{"run",
                                   "--db",
                                   db_url_,
@@ -69,7 +70,8 @@ ExampleRig::Process ExampleRig::SpawnEngine(const std::string& instance,
                                   "log_level=3"};
     if (!create_topics_) args.emplace_back("--no-create-topics");
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_unique<detail::ChildProcess>(SagaflowCli(), args, logs_ + "/" + instance + ".log", env);
+    return std::make_unique<detail::ChildProcess>(
+        cli.empty() ? SagaflowCli() : cli, args, logs_ + "/" + instance + ".log", env);
 }
 
 ExampleRig::Process ExampleRig::SpawnRelay() const {

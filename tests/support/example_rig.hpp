@@ -26,10 +26,12 @@ class ExampleRig {
     ExampleRig& operator=(const ExampleRig&) = delete;
 
     using Process = std::unique_ptr<detail::ChildProcess>;
-    // `env`: e.g. {"SAGAFLOW_TEST_DISABLE_GUARD=inbox"}; `extra`: more command-line arguments.
+    // `env`: e.g. {"SAGAFLOW_TEST_DISABLE_GUARD=inbox"}; `extra`: more command-line arguments;
+    // `cli`: another sagaflow binary (an earlier release's).
     Process SpawnEngine(const std::string& instance,
                         const std::vector<std::string>& env = {},
-                        const std::vector<std::string>& extra = {}) const;
+                        const std::vector<std::string>& extra = {},
+                        const std::string& cli = {}) const;
     Process SpawnRelay() const;  // `sagaflow relay` for an engine started with --no-relay
     Process SpawnOrderService(const std::vector<std::string>& env = {},
                               const std::vector<std::string>& extra = {}) const;

@@ -1,0 +1,72 @@
+// An upgrade with sagas in flight: the release before step graphs (its `sagaflow run`, built by
+// tests/upgrade/build_previous) starts order-payment sagas and dies mid-way; the current engine
+// takes over on the same database, applies its migrations and finishes them unchanged.
+#include <doctest/doctest.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <thread>
+
+#include "tests/support/example_rig.hpp"
+#include "tests/support/http_client.hpp"
+
+using namespace sagaflow;
+using testing::Count;
+using testing::ExampleRig;
+using testing::WaitFor;
+
+TEST_CASE("sagas started by the previous release finish unchanged on the current one") {
+    const char* previous = std::getenv("SAGAFLOW_PREVIOUS_CLI");
+    REQUIRE_MESSAGE(previous != nullptr, "SAGAFLOW_PREVIOUS_CLI is not set: run this test through ctest");
+    ExampleRig rig;
+    // Slow charges keep sagas in flight when the old engine dies.
+    std::vector<std::string> slow;
+    for (int n = 0; n < 24; n += 3) slow.push_back("--slow-order=up-" + std::to_string(n) + ":2500");
+    auto order = rig.SpawnOrderService();
+    auto payment = rig.SpawnPaymentService({}, slow);
+
+    auto old_engine = rig.SpawnEngine("old", {}, {"--http", "127.0.0.1:0"}, previous);
+    const int port = testing::WaitForHttpPort(rig.LogDir() + "/old.log", std::chrono::seconds(60));
+    REQUIRE(port > 0);
+    std::map<std::string, std::string> ids;  // order id -> saga id
+    for (int n = 0; n < 24; ++n) {
+        const std::string order_id = "up-" + std::to_string(n);
+        const auto started = testing::HttpRequest(port,
+                                                  "POST",
+                                                  "/v1/sagas/order-payment",
+                                                  {{"Idempotency-Key", order_id}, {"Content-Type", "application/json"}},
+                                                  ExampleRig::Input(order_id, n % 4 == 1 ? "900.00" : "120.00").dump());
+        REQUIRE_MESSAGE(started.status == 201, started.body);
+        ids[order_id] = started.Json()["sagaId"];
+    }
+    // Every saga has begun on the old engine, some are still in flight: then it dies.
+    REQUIRE(WaitFor([&] { return Count(rig.DbUrl(), "SELECT count(DISTINCT saga_id) FROM saga_step") == 24; },
+                    std::chrono::seconds(30)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    old_engine->KillAndWait(SIGKILL);
+    const long long open_at_upgrade = rig.Open();
+    MESSAGE(open_at_upgrade << " of 24 sagas open when the old engine died");
+    CHECK(open_at_upgrade > 0);
+    CHECK(Count(rig.DbUrl(), "SELECT count(*) FROM sagaflow_migration WHERE version = 19") == 0);
+    const long long hashes_before = Count(rig.DbUrl(), "SELECT count(DISTINCT definition_hash) FROM saga_instance");
+
+    // The current engine: migrates, resumes, finishes.
+    auto new_engine = rig.SpawnEngine("new");
+    REQUIRE(rig.WaitQuiet(std::chrono::seconds(120)));
+    CHECK(Count(rig.DbUrl(), "SELECT count(*) FROM sagaflow_migration WHERE version = 19") == 1);
+    CHECK(Count(rig.DbUrl(), "SELECT count(DISTINCT definition_hash) FROM saga_instance") == hashes_before);
+    for (const auto& [order_id, saga_id] : ids) {
+        CAPTURE(order_id);
+        const int n = std::stoi(order_id.substr(3));
+        const std::string expected = n % 4 == 1 ? "compensated" : "completed";
+        CHECK(Count(rig.DbUrl(),
+                    "SELECT count(*) FROM saga_instance WHERE saga_id = '" + saga_id + "' AND status = '" + expected +
+                        "'") == 1);
+    }
+    const auto audit = rig.Audit();
+    INFO(audit.Summary());
+    CHECK(audit.Ok());
+    new_engine->KillAndWait(SIGTERM);
+    payment->KillAndWait(SIGTERM);
+    order->KillAndWait(SIGTERM);
+}
