@@ -264,3 +264,40 @@ steps:
     CHECK(canonical["steps"][2]["when"] == nlohmann::json{{"path", "$.input.insurance"}, {"equals", true}});
     CHECK(!canonical["steps"][4].contains("after"));  // confirm-hotel follows charge-card, as listed
 }
+
+TEST_CASE("a graph saga's diagram shows its fork, join and condition, and an instance's skipped and parallel steps") {
+    const auto result = sagaflow::LoadDefinitionFile(SourceDir() / "sagas/trip-booking.yaml");
+    REQUIRE(result.definition);
+    const std::string mermaid = sagaflow::RenderGraph(*result.definition, sagaflow::GraphFormat::kMermaid);
+    CHECK(MermaidProblems(mermaid) == "");
+    // Fork: the three first steps start with the saga; join: the charge waits for all three.
+    for (const char* edge : {"    start --> s0\n",
+                             "    start --> s1\n",
+                             "    start --> s2\n",
+                             "    s0 -->|success| s3\n",
+                             "    s1 -->|success| s3\n",
+                             "    s2 -->|success| s3\n",
+                             "    s4 -->|success| s6\n",
+                             "    s5 -->|success| s6\n",
+                             "    s0 -.->|failure| c1\n",
+                             "    s3 -.->|failure| c2\n"}) {
+        CHECK_MESSAGE(mermaid.find(edge) != std::string::npos, edge);
+    }
+    CHECK(mermaid.find("when $.input.insurance equals true") != std::string::npos);
+    // An instance: the holds in flight side by side, the insurance skipped.
+    sagaflow::GraphOverlay overlay;
+    overlay.title = "saga x: running";
+    overlay.saga_status = "running";
+    overlay.phases = {{{"reserve-hotel", "action"}, "dispatched"},
+                      {{"reserve-flight", "action"}, "dispatched"},
+                      {{"insure", "action"}, "skipped"}};
+    const std::string svg = sagaflow::RenderGraph(*result.definition, sagaflow::GraphFormat::kSvg, &overlay);
+    CHECK(svg.find("data-node=\"s2\" data-status=\"skipped\"><rect") != std::string::npos);
+    CHECK(svg.find("fill=\"#eeeeee\" stroke=\"#757575\"") != std::string::npos);  // skipped: grey
+    CHECK(svg.find("data-node=\"s0\" data-status=\"dispatched\"") != std::string::npos);
+    CHECK(svg.find("data-node=\"s1\" data-status=\"dispatched\"") != std::string::npos);
+    const std::string with_classes =
+        sagaflow::RenderGraph(*result.definition, sagaflow::GraphFormat::kMermaid, &overlay);
+    CHECK(MermaidProblems(with_classes) == "");
+    CHECK(with_classes.find("    class s2 skipped\n") != std::string::npos);
+}
